@@ -1,0 +1,55 @@
+"""The package's errors: one base class, so callers can catch everything we raise.
+
+    MMIdxError                      anything mmidx_builder refuses, with a message saying why
+    ├── FormatError                 a .bin/.idx (or raw) file is not what its header promises
+    │   └── MissingPartnerError     a .bin without its .idx, or the other way round
+    ├── ParameterError (ValueError) a setting cannot work (seq_length < 1, too many samples...)
+    ├── ConvertError                an input record or tokenizer that `mmidx convert` cannot use
+    └── HubError                    an upload that cannot go ahead (not logged in, bad repo id...)
+
+Messages name the file, the field or byte offset, what was expected and what was found.
+"""
+
+from __future__ import annotations
+
+import os
+
+
+class MMIdxError(Exception):
+    """Base class of every error mmidx_builder raises on purpose."""
+
+
+class FormatError(MMIdxError):
+    """A file does not hold what the MMIDIDX format (or its own header) says it must.
+
+    The message reads ``"{path}: {field} at byte {offset}: expected {expected}, found {found}"``;
+    the parts are kept as attributes for programs.
+    """
+
+    def __init__(self, path, field: str, expected, found, offset: int | None = None, hint: str = ""):
+        self.path = os.fspath(path) if path is not None else None
+        self.field = field
+        self.offset = offset
+        self.expected = expected
+        self.found = found
+        where = f"{field} at byte {offset}" if offset is not None else field
+        message = f"{self.path}: {where}: expected {expected}, found {found}"
+        if hint:
+            message += f" ({hint})"
+        super().__init__(message)
+
+
+class MissingPartnerError(FormatError):
+    """One file of a .bin/.idx pair exists and the other does not."""
+
+
+class ParameterError(MMIdxError, ValueError):
+    """A parameter that cannot work; the message says what to change."""
+
+
+class ConvertError(MMIdxError):
+    """An input record, file or tokenizer that conversion cannot use."""
+
+
+class HubError(MMIdxError):
+    """An upload to the Hugging Face Hub that cannot go ahead."""

@@ -1,0 +1,602 @@
+"""The MMIDIDX ``.bin``/``.idx`` pair: byte layout, a validating reader, and a writer.
+
+``PREFIX.bin`` holds every sequence's token ids back to back in one dtype, little-endian,
+with no header. ``PREFIX.idx`` says where each sequence starts. Two flavours share the
+magic and differ after the sequence count (all integers little-endian):
+
+    field               type    count   Megatron-core   fairseq
+    magic               bytes   9       yes             yes      b"MMIDIDX\\x00\\x00"
+    version             u64     1       yes             yes      always 1
+    dtype code          u8      1       yes             yes      see the tables below
+    sequence count N    u64     1       yes             yes
+    document count D    u64     1       yes             -        documents + 1
+    sequence lengths    int32   N       yes             yes      tokens per sequence
+    sequence pointers   int64   N       yes             yes      byte offset in .bin
+    document indices    int64   D       yes             -        first 0, last N
+    sequence modes      int8    N       multimodal only -
+
+A Megatron document is the run of sequences ``document_indices[i]:document_indices[i+1]``
+(several with ``--split-sentences``, none for a document that tokenized to nothing). In the
+fairseq flavour every sequence is its own document. The flavour is told by the file size,
+which only one of ``26 + 12N`` and ``34 + 12N + 8D (+ N)`` can match.
+
+Megatron's own reader trusts every pointer; this one validates the whole index on open,
+with vectorised checks, so that no file, however damaged, makes it read outside the files.
+"""
+
+from __future__ import annotations
+
+import array
+import enum
+import os
+import shutil
+import struct
+import uuid
+from dataclasses import dataclass
+from typing import IO, Callable, Iterable, Sequence
+
+import numpy as np
+
+from .errors import FormatError, MissingPartnerError, ParameterError
+
+MAGIC = b"MMIDIDX\x00\x00"
+VERSION = 1
+
+# magic, version, dtype code, sequence count: the part both flavours share.
+PREAMBLE = struct.Struct("<9sQBQ")
+DOCUMENT_COUNT = struct.Struct("<Q")
+FAIRSEQ_HEADER_SIZE = PREAMBLE.size
+MEGATRON_HEADER_SIZE = PREAMBLE.size + DOCUMENT_COUNT.size
+_VERSION_OFFSET = len(MAGIC)
+_DTYPE_CODE_OFFSET = _VERSION_OFFSET + 8
+_SEQUENCE_COUNT_OFFSET = _DTYPE_CODE_OFFSET + 1
+
+LENGTH_DTYPE = np.dtype("<i4")
+POINTER_DTYPE = np.dtype("<i8")
+DOCUMENT_INDEX_DTYPE = np.dtype("<i8")
+MODE_DTYPE = np.dtype("<i1")
+# Bytes the index spends per sequence and per document entry.
+_PER_SEQUENCE = LENGTH_DTYPE.itemsize + POINTER_DTYPE.itemsize
+_PER_DOCUMENT = DOCUMENT_INDEX_DTYPE.itemsize
+
+
+class Flavour(str, enum.Enum):
+    MEGATRON = "megatron"
+    FAIRSEQ = "fairseq"
+
+
+# megatron.core.datasets.indexed_dataset.DType and fairseq's _code_to_dtype. They agree on
+# 1-6 and 8; code 7 is float32 to Megatron but float64 (np.double) to fairseq, and 9/10
+# exist only in fairseq.
+MEGATRON_DTYPES = {
+    1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32,
+    5: np.int64, 6: np.float64, 7: np.float32, 8: np.uint16,
+}
+FAIRSEQ_DTYPES = {
+    1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64,
+    6: np.float64, 7: np.float64, 8: np.uint16, 9: np.uint32, 10: np.uint64,
+}
+DTYPE_TABLES = {Flavour.MEGATRON: MEGATRON_DTYPES, Flavour.FAIRSEQ: FAIRSEQ_DTYPES}
+
+
+def dtype_code(dtype, flavour: Flavour = Flavour.MEGATRON) -> int:
+    """The header code of ``dtype`` in ``flavour``'s table (the first code if two match)."""
+    dtype = np.dtype(dtype)
+    for code, candidate in DTYPE_TABLES[Flavour(flavour)].items():
+        if np.dtype(candidate) == dtype:
+            return code
+    raise ParameterError(f"dtype {dtype} cannot be stored in a {Flavour(flavour).value} .idx; "
+                         f"use one of {sorted({np.dtype(t).name for t in DTYPE_TABLES[Flavour(flavour)].values()})}")
+
+
+def smallest_dtype(vocab_size: int, flavour: Flavour = Flavour.MEGATRON) -> np.dtype:
+    """The smallest integer dtype that holds token ids ``0 .. vocab_size - 1``.
+
+    Above 256 this follows the writers people compare us with: uint16 below 65,500
+    (Megatron's ``DType.optimal_dtype`` and fairseq's ``best_fitting_int_dtype``), then
+    int32 for Megatron (its table has no uint32) or uint32 / int64 for fairseq.
+    """
+    if vocab_size < 1:
+        raise ParameterError(f"vocab_size must be at least 1, got {vocab_size}")
+    if vocab_size <= 256:
+        return np.dtype(np.uint8)
+    if vocab_size < 65500:
+        return np.dtype(np.uint16)
+    if Flavour(flavour) is Flavour.MEGATRON:
+        if vocab_size > 2**31:
+            raise ParameterError(f"vocab_size {vocab_size} does not fit the Megatron flavour's "
+                                 "largest integer dtype (int32); write the fairseq flavour")
+        return np.dtype(np.int32)
+    return np.dtype(np.uint32 if vocab_size < 2**32 - 1 else np.int64)
+
+
+def split_prefix(path: str | os.PathLike) -> str:
+    """``data/x.bin``, ``data/x.idx`` and ``data/x`` all name the pair ``data/x``."""
+    path = os.fspath(path)
+    root, ext = os.path.splitext(path)
+    return root if ext in (".bin", ".idx") else path
+
+
+@dataclass(frozen=True)
+class Header:
+    flavour: Flavour
+    dtype: np.dtype
+    dtype_code: int
+    num_sequences: int
+    document_count: int | None  # Megatron's D (documents + 1); None for fairseq
+    multimodal: bool
+
+    @property
+    def size(self) -> int:
+        return MEGATRON_HEADER_SIZE if self.flavour is Flavour.MEGATRON else FAIRSEQ_HEADER_SIZE
+
+
+def parse_header(head: bytes, file_size: int, path) -> Header:
+    """Reads the fixed fields from the first bytes of an ``.idx`` and tells the flavour.
+
+    ``head`` needs at most ``MEGATRON_HEADER_SIZE`` bytes; ``file_size`` is the whole file's.
+    """
+    if file_size < PREAMBLE.size or len(head) < PREAMBLE.size:
+        raise FormatError(path, "header", f"at least {PREAMBLE.size} bytes",
+                          f"a file of {file_size} bytes", offset=0, hint="truncated header")
+    magic, version, code, count = PREAMBLE.unpack_from(head)
+    if magic != MAGIC:
+        raise FormatError(path, "magic", repr(MAGIC), repr(magic), offset=0,
+                          hint="not an MMIDIDX index; Megatron's older 'cached'/'lazy' "
+                               "formats and fairseq's Huffman format are not supported")
+    if version != VERSION:
+        raise FormatError(path, "version", VERSION, version, offset=_VERSION_OFFSET)
+
+    fairseq_size = FAIRSEQ_HEADER_SIZE + _PER_SEQUENCE * count
+    if file_size == fairseq_size:
+        flavour, documents, multimodal = Flavour.FAIRSEQ, None, False
+    else:
+        documents = None
+        if file_size >= MEGATRON_HEADER_SIZE and len(head) >= MEGATRON_HEADER_SIZE:
+            (documents,) = DOCUMENT_COUNT.unpack_from(head, PREAMBLE.size)
+            megatron_size = MEGATRON_HEADER_SIZE + _PER_SEQUENCE * count + _PER_DOCUMENT * documents
+        if documents is not None and file_size in (megatron_size, megatron_size + count):
+            flavour, multimodal = Flavour.MEGATRON, file_size != megatron_size
+        else:
+            expected = f"{fairseq_size} bytes (fairseq flavour, N={count})"
+            if documents is not None:
+                expected += f" or {megatron_size} bytes (Megatron flavour, N={count}, D={documents})"
+            raise FormatError(path, "file size", expected, f"{file_size} bytes",
+                              hint="the sequence/document counts in the header do not match "
+                                   "the file size; the file is truncated or the counts are damaged")
+
+    table = DTYPE_TABLES[flavour]
+    if code not in table:
+        raise FormatError(path, "dtype code", f"one of {sorted(table)} ({flavour.value} flavour)",
+                          code, offset=_DTYPE_CODE_OFFSET)
+    return Header(flavour, np.dtype(table[code]).newbyteorder("<"), code, count, documents, multimodal)
+
+
+class BinReader:
+    """The seam behind which a ``.bin`` is read: memory map, plain file or remote ranges."""
+
+    size: int
+
+    def read(self, start: int, count: int) -> np.ndarray:
+        """``count`` tokens from token position ``start``."""
+        raise NotImplementedError
+
+    def gather(self, starts: np.ndarray, lengths: np.ndarray, out: np.ndarray) -> None:
+        """Copies the runs ``[starts[i], starts[i] + lengths[i])`` one after another into ``out``."""
+        position = 0
+        for start, length in zip(starts.tolist(), lengths.tolist()):
+            out[position:position + length] = self.read(start, length)
+            position += length
+
+
+# Below this mean run length a fancy-index gather beats a Python loop of slice copies
+# (measured by benchmarks/bench_format.py; both are exact, this is only speed).
+_LOOP_MIN_MEAN_RUN = 48
+
+
+class MemmapBinReader(BinReader):
+    """A zero-copy memory map of a local ``.bin``."""
+
+    def __init__(self, path: str, dtype: np.dtype):
+        self.path = path
+        self.size = os.path.getsize(path)
+        count = self.size // dtype.itemsize
+        # numpy cannot map an empty file; an empty array behaves the same for every read.
+        self.tokens = np.memmap(path, dtype=dtype, mode="r", shape=(count,)) if count else np.empty(0, dtype)
+
+    def read(self, start: int, count: int) -> np.ndarray:
+        return self.tokens[start:start + count]
+
+    def gather(self, starts: np.ndarray, lengths: np.ndarray, out: np.ndarray) -> None:
+        runs = len(starts)
+        if runs == 0:
+            return
+        if out.size >= _LOOP_MIN_MEAN_RUN * runs:
+            super().gather(starts, lengths, out)
+            return
+        # Short runs: one vectorised take; index k of run i is starts[i] + (k - run_begin[i]).
+        run_begin = np.cumsum(lengths) - lengths
+        index = np.repeat(np.asarray(starts, np.int64) - run_begin, lengths)
+        index += np.arange(out.size, dtype=np.int64)
+        np.take(self.tokens, index, out=out)
+
+
+class FileBinReader(BinReader):
+    """Ranged reads through a file object: for remote (fsspec) files, or no mmap."""
+
+    def __init__(self, path: str, dtype: np.dtype, opener: Callable[..., IO[bytes]]):
+        self.path = path
+        self.dtype = dtype
+        self._opener = opener
+        self._file = None
+        with opener(path, "rb") as f:
+            self.size = f.seek(0, os.SEEK_END)
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_file"] = None  # reopened lazily in the worker process
+        return state
+
+    def read(self, start: int, count: int) -> np.ndarray:
+        if self._file is None:
+            self._file = self._opener(self.path, "rb")
+        itemsize = self.dtype.itemsize
+        self._file.seek(start * itemsize)
+        data = self._file.read(count * itemsize)
+        if len(data) != count * itemsize:
+            raise FormatError(self.path, "tokens", f"{count * itemsize} bytes at byte {start * itemsize}",
+                              f"{len(data)} bytes", hint="the file changed or the read was cut short")
+        return np.frombuffer(data, dtype=self.dtype)
+
+    def gather(self, starts: np.ndarray, lengths: np.ndarray, out: np.ndarray) -> None:
+        # Neighbouring runs (consecutive sequences of one document) become one request.
+        starts = np.asarray(starts, np.int64)
+        lengths = np.asarray(lengths, np.int64)
+        if len(starts) == 0:
+            return
+        breaks = np.flatnonzero(starts[1:] != starts[:-1] + lengths[:-1]) + 1
+        group_first = np.concatenate(([0], breaks))
+        group_lengths = np.add.reduceat(lengths, group_first)
+        super().gather(starts[group_first], group_lengths, out)
+
+
+def _read_idx_bytes(path: str, opener) -> tuple[memoryview | np.ndarray, int]:
+    if opener is None:
+        size = os.path.getsize(path)
+        if size == 0:
+            return memoryview(b""), 0
+        return np.memmap(path, dtype=np.uint8, mode="r"), size
+    with opener(path, "rb") as f:
+        data = f.read()
+    return memoryview(data), len(data)
+
+
+def _exists(path: str, opener) -> bool:
+    if opener is None:
+        return os.path.isfile(path)
+    try:
+        with opener(path, "rb"):
+            return True
+    except (FileNotFoundError, OSError):
+        return False
+
+
+def _first_bad(mask: np.ndarray) -> int:
+    return int(np.flatnonzero(mask)[0])
+
+
+class IndexedFile:
+    """One validated ``.bin``/``.idx`` pair.
+
+    Sequence and document arrays are read-only views of the memory-mapped index. Token
+    access returns views of the memory-mapped ``.bin`` (copies when read remotely).
+
+    Open with :meth:`open`; pass ``opener`` (an ``open``-like callable, e.g. the one
+    ``datasets`` patches for streaming, or ``fsspec.open``) to read anything that is not
+    a local path.
+    """
+
+    def __init__(self, prefix: str, header: Header, idx: np.ndarray | memoryview,
+                 bin_reader: BinReader, idx_path: str, bin_path: str, idx_size: int):
+        self.prefix = prefix
+        self.idx_path = idx_path
+        self.bin_path = bin_path
+        self.header = header
+        self.idx_size = idx_size
+        self.bin_size = bin_reader.size
+        self._bin = bin_reader
+        n = header.num_sequences
+        offset = header.size
+        self.sequence_lengths = np.frombuffer(idx, LENGTH_DTYPE, n, offset)
+        offset += LENGTH_DTYPE.itemsize * n
+        self.sequence_pointers = np.frombuffer(idx, POINTER_DTYPE, n, offset)
+        offset += POINTER_DTYPE.itemsize * n
+        if header.flavour is Flavour.MEGATRON:
+            self.document_indices = np.frombuffer(idx, DOCUMENT_INDEX_DTYPE, header.document_count, offset)
+            offset += DOCUMENT_INDEX_DTYPE.itemsize * header.document_count
+        else:
+            self.document_indices = np.arange(n + 1, dtype=np.int64)
+        self.sequence_modes = np.frombuffer(idx, MODE_DTYPE, n, offset) if header.multimodal else None
+        self._validate()
+        # Token position of each sequence start, plus the end: the pointers in token units.
+        self.sequence_starts = np.empty(n + 1, np.int64)
+        np.floor_divide(self.sequence_pointers, self.dtype.itemsize, out=self.sequence_starts[:n])
+        self.sequence_starts[n] = self.num_tokens
+
+    @classmethod
+    def open(cls, path: str | os.PathLike, *, opener: Callable[..., IO[bytes]] | None = None,
+             bin_path: str | None = None) -> "IndexedFile":
+        """Opens and validates ``PREFIX`` (or ``PREFIX.bin`` / ``PREFIX.idx``).
+
+        ``bin_path`` overrides where the tokens are read from, for downloads that lost
+        their names. Raises :class:`FormatError` for anything malformed.
+        """
+        prefix = split_prefix(path)
+        idx_path, bin_path = prefix + ".idx", bin_path or prefix + ".bin"
+        idx_there, bin_there = _exists(idx_path, opener), _exists(bin_path, opener)
+        if not idx_there and not bin_there:
+            raise MissingPartnerError(prefix, "files", f"{idx_path} and {bin_path}", "neither exists")
+        for present, missing, there in ((idx_path, bin_path, bin_there), (bin_path, idx_path, idx_there)):
+            if not there:
+                raise MissingPartnerError(missing, "file", "the partner of " + present, "no such file",
+                                          hint="a .bin/.idx pair needs both files")
+        idx, idx_size = _read_idx_bytes(idx_path, opener)
+        header = parse_header(bytes(idx[:MEGATRON_HEADER_SIZE]), idx_size, idx_path)
+        reader = MemmapBinReader(bin_path, header.dtype) if opener is None else FileBinReader(bin_path, header.dtype, opener)
+        return cls(prefix, header, idx, reader, idx_path, bin_path, idx_size)
+
+    def _validate(self) -> None:
+        h, itemsize = self.header, self.dtype.itemsize
+        lengths, pointers, documents = self.sequence_lengths, self.sequence_pointers, self.document_indices
+        lengths_at = h.size
+        pointers_at = lengths_at + LENGTH_DTYPE.itemsize * h.num_sequences
+        documents_at = pointers_at + POINTER_DTYPE.itemsize * h.num_sequences
+
+        if len(lengths) and lengths.min() < 0:
+            i = _first_bad(lengths < 0)
+            raise FormatError(self.idx_path, f"sequence_lengths[{i}]", "a length >= 0", int(lengths[i]),
+                              offset=lengths_at + 4 * i)
+        # Pointers must be the running byte offsets of the lengths, starting at 0: that is
+        # what both writers produce, and it keeps every read inside the .bin.
+        expected = np.zeros(len(lengths), np.int64)
+        np.cumsum(lengths[:-1], dtype=np.int64, out=expected[1:])
+        expected *= itemsize
+        if len(pointers) and not np.array_equal(pointers, expected):
+            i = _first_bad(pointers != expected)
+            hint = ("pointers are not increasing" if i and pointers[i] < pointers[i - 1]
+                    else "the pointer step does not match the previous sequence's length")
+            raise FormatError(self.idx_path, f"sequence_pointers[{i}]", int(expected[i]), int(pointers[i]),
+                              offset=pointers_at + 8 * i, hint=hint)
+        if self.bin_size != self.num_tokens * itemsize:
+            raise FormatError(self.bin_path, "file size",
+                              f"{self.num_tokens * itemsize} bytes ({self.num_tokens} tokens of {self.dtype.name} "
+                              f"as {self.idx_path} says)", f"{self.bin_size} bytes")
+        if h.flavour is Flavour.MEGATRON:
+            if len(documents) == 0:
+                raise FormatError(self.idx_path, "document count", "at least 1 (documents + 1)", 0,
+                                  offset=PREAMBLE.size)
+            if documents[0] != 0:
+                raise FormatError(self.idx_path, "document_indices[0]", 0, int(documents[0]), offset=documents_at)
+            steps = np.diff(documents)
+            if len(steps) and steps.min() < 0:
+                i = _first_bad(steps < 0) + 1
+                raise FormatError(self.idx_path, f"document_indices[{i}]",
+                                  f">= document_indices[{i - 1}] = {int(documents[i - 1])}",
+                                  int(documents[i]), offset=documents_at + 8 * i, hint="not increasing")
+            if documents[-1] != h.num_sequences:
+                i = len(documents) - 1
+                raise FormatError(self.idx_path, f"document_indices[{i}]",
+                                  f"the sequence count {h.num_sequences}", int(documents[-1]),
+                                  offset=documents_at + 8 * i, hint="document index out of range")
+
+    # --- sizes -----------------------------------------------------------------------
+    @property
+    def flavour(self) -> Flavour:
+        return self.header.flavour
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.header.dtype
+
+    @property
+    def num_sequences(self) -> int:
+        return self.header.num_sequences
+
+    @property
+    def num_documents(self) -> int:
+        return len(self.document_indices) - 1
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.sequence_lengths.sum(dtype=np.int64))
+
+    def document_lengths(self) -> np.ndarray:
+        """Tokens per document (a document is a run of sequences)."""
+        return np.diff(self.sequence_starts[self.document_indices])
+
+    # --- tokens ----------------------------------------------------------------------
+    def sequence(self, i: int) -> np.ndarray:
+        """The tokens of sequence ``i`` (a view when memory-mapped)."""
+        i = _check_index(i, self.num_sequences, "sequence", self.idx_path)
+        return self._bin.read(int(self.sequence_starts[i]), int(self.sequence_lengths[i]))
+
+    def document(self, i: int) -> np.ndarray:
+        """The tokens of document ``i``: its sequences, which are contiguous in ``.bin``."""
+        i = _check_index(i, self.num_documents, "document", self.idx_path)
+        begin = int(self.sequence_starts[self.document_indices[i]])
+        end = int(self.sequence_starts[self.document_indices[i + 1]])
+        return self._bin.read(begin, end - begin)
+
+    def read_pieces(self, sequence_ids, offsets, lengths, out: np.ndarray | None = None) -> np.ndarray:
+        """Tokens ``offsets[k] : offsets[k] + lengths[k]`` of sequence ``sequence_ids[k]``,
+        for every k, concatenated into one 1-D array (``out`` if given).
+
+        One vectorised bounds check, then one gather; never reads outside a sequence.
+        """
+        sequence_ids = np.asarray(sequence_ids, np.int64)
+        offsets = np.asarray(offsets, np.int64)
+        lengths = np.asarray(lengths, np.int64)
+        if len(sequence_ids):
+            bad = ((sequence_ids < 0) | (sequence_ids >= self.num_sequences))
+            if bad.any():
+                k = _first_bad(bad)
+                raise ParameterError(f"{self.idx_path}: sequence id {int(sequence_ids[k])} out of range "
+                                     f"[0, {self.num_sequences})")
+            bad = (offsets < 0) | (lengths < 0) | (offsets + lengths > self.sequence_lengths[sequence_ids])
+            if bad.any():
+                k = _first_bad(bad)
+                raise ParameterError(f"{self.idx_path}: piece {k} asks for tokens [{int(offsets[k])}, "
+                                     f"{int(offsets[k] + lengths[k])}) of sequence {int(sequence_ids[k])}, "
+                                     f"which has {int(self.sequence_lengths[sequence_ids[k]])}")
+        total = int(lengths.sum())
+        if out is None:
+            out = np.empty(total, self.dtype)
+        elif out.shape != (total,):
+            raise ParameterError(f"out has shape {out.shape}, expected ({total},)")
+        self._bin.gather(self.sequence_starts[sequence_ids] + offsets, lengths, out)
+        return out
+
+    def __repr__(self) -> str:
+        return (f"IndexedFile({self.prefix!r}, flavour={self.flavour.value}, dtype={self.dtype.name}, "
+                f"sequences={self.num_sequences}, documents={self.num_documents}, tokens={self.num_tokens})")
+
+
+def _check_index(i: int, count: int, what: str, path: str) -> int:
+    i = int(i)
+    if i < 0:
+        i += count
+    if not 0 <= i < count:
+        raise ParameterError(f"{path}: {what} {i} out of range: the file has {count} {what}s")
+    return i
+
+
+class IndexedFileWriter:
+    """Writes a ``.bin``/``.idx`` pair, byte-identical to megatron-core's
+    ``IndexedDatasetBuilder`` (or fairseq's ``MMapIndexedDatasetBuilder``) for the same
+    documents and dtype.
+
+    Both files are written under temporary names and renamed only by :meth:`close`
+    (``.idx`` last), so an interrupted write never leaves a pair that looks valid::
+
+        with IndexedFileWriter("out/corpus_text_document", vocab_size=50257) as w:
+            w.add_document([1, 2, 3])
+            w.add_document([4, 5, 6, 7], sequence_lengths=[2, 2])
+    """
+
+    def __init__(self, prefix: str | os.PathLike, *, dtype=None, vocab_size: int | None = None,
+                 flavour: Flavour | str = Flavour.MEGATRON):
+        self.prefix = split_prefix(prefix)
+        self.flavour = Flavour(flavour)
+        if dtype is None:
+            if vocab_size is None:
+                raise ParameterError("give the writer a dtype or a vocab_size to choose one from")
+            dtype = smallest_dtype(vocab_size, self.flavour)
+        self.dtype = np.dtype(dtype).newbyteorder("<")
+        self._code = dtype_code(self.dtype, self.flavour)
+        self._lengths = array.array("q")
+        self._document_indices = array.array("q", [0])
+        tag = f".tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self._bin_tmp = self.prefix + ".bin" + tag
+        self._idx_tmp = self.prefix + ".idx" + tag
+        parent = os.path.dirname(self.prefix)
+        if parent:
+            os.makedirs(parent, exist_ok=True)
+        self._bin = open(self._bin_tmp, "wb")
+        self._closed = False
+
+    def add_sequence(self, tokens: Sequence[int] | np.ndarray) -> None:
+        """Appends one sequence to the current document (Megatron's ``add_item``)."""
+        data = self._as_tokens(tokens)
+        self._bin.write(data.tobytes())
+        self._lengths.append(data.size)
+
+    def end_document(self) -> None:
+        """Closes the current document (it may hold no sequence)."""
+        self._document_indices.append(len(self._lengths))
+
+    def add_document(self, tokens: Sequence[int] | np.ndarray, sequence_lengths: Iterable[int] | None = None) -> None:
+        """Appends one document, split into sequences of ``sequence_lengths`` if given."""
+        data = self._as_tokens(tokens)
+        lengths = [data.size] if sequence_lengths is None else [int(n) for n in sequence_lengths]
+        if sum(lengths) != data.size or min(lengths, default=0) < 0:
+            raise ParameterError(f"sequence_lengths {lengths} do not add up to the document's {data.size} tokens")
+        self._bin.write(data.tobytes())
+        self._lengths.extend(lengths)
+        self.end_document()
+
+    def add_file(self, prefix: str | os.PathLike) -> None:
+        """Appends every document of another pair (Megatron's ``add_index``, i.e. merge)."""
+        other = IndexedFile.open(prefix)
+        if other.dtype != self.dtype:
+            raise ParameterError(f"{other.idx_path} holds {other.dtype.name} tokens but this writer writes "
+                                 f"{self.dtype.name}; merge files of one dtype")
+        base = len(self._lengths)
+        self._lengths.extend(other.sequence_lengths.astype(np.int64).tolist())
+        self._document_indices.extend((other.document_indices[1:] + base).tolist())
+        with open(other.bin_path, "rb") as f:
+            shutil.copyfileobj(f, self._bin)
+
+    def _as_tokens(self, tokens) -> np.ndarray:
+        data = np.asarray(tokens)
+        if data.ndim != 1:
+            raise ParameterError(f"a sequence must be 1-D, got shape {data.shape}")
+        if data.size and data.dtype.kind in "iu" and self.dtype.kind in "iu":
+            info = np.iinfo(self.dtype)
+            low, high = data.min(), data.max()
+            if low < info.min or high > info.max:
+                raise ParameterError(f"token ids {int(low)}..{int(high)} do not fit {self.dtype.name}; "
+                                     "give a larger dtype or the real vocab_size")
+        return data.astype(self.dtype, copy=False)
+
+    def close(self) -> None:
+        """Writes the index and renames both files into place."""
+        if self._closed:
+            return
+        self._closed = True
+        self._bin.close()
+        try:
+            with open(self._idx_tmp, "wb") as f:
+                f.write(self._index_bytes())
+            os.replace(self._bin_tmp, self.prefix + ".bin")
+            os.replace(self._idx_tmp, self.prefix + ".idx")
+        except BaseException:
+            self.abort()
+            raise
+
+    def abort(self) -> None:
+        """Deletes the temporary files; nothing is left at the final names."""
+        self._closed = True
+        self._bin.close()
+        for path in (self._bin_tmp, self._idx_tmp):
+            if os.path.exists(path):
+                os.remove(path)
+
+    def _index_bytes(self) -> bytes:
+        lengths = np.frombuffer(self._lengths, np.int64) if len(self._lengths) else np.zeros(0, np.int64)
+        pointers = np.zeros(len(lengths), np.int64)
+        np.cumsum(lengths[:-1], out=pointers[1:])
+        pointers *= self.dtype.itemsize
+        parts = [PREAMBLE.pack(MAGIC, VERSION, self._code, len(lengths))]
+        if self.flavour is Flavour.MEGATRON:
+            parts.append(DOCUMENT_COUNT.pack(len(self._document_indices)))
+        parts += [lengths.astype(LENGTH_DTYPE).tobytes(), pointers.astype(POINTER_DTYPE).tobytes()]
+        if self.flavour is Flavour.MEGATRON:
+            parts.append(np.frombuffer(self._document_indices, np.int64).astype(DOCUMENT_INDEX_DTYPE).tobytes())
+        return b"".join(parts)
+
+    def __enter__(self) -> "IndexedFileWriter":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+
+def write_documents(prefix, documents: Iterable, **writer_options) -> str:
+    """Writes ``documents`` (each a token list or array) as one pair; returns the prefix."""
+    with IndexedFileWriter(prefix, **writer_options) as writer:
+        for document in documents:
+            writer.add_document(document)
+    return writer.prefix
