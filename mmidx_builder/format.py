@@ -600,3 +600,59 @@ def write_documents(prefix, documents: Iterable, **writer_options) -> str:
         for document in documents:
             writer.add_document(document)
     return writer.prefix
+
+
+class ConcatenatedFiles:
+    """Several pairs read as one: sequences numbered across files in the given order.
+
+    This is what Megatron's sampling sees over a merged file (``merge_datasets``), so
+    several pairs in one split sample exactly as their merge would. Offers the same
+    ``sequence_lengths`` / ``dtype`` / ``read_pieces`` surface as :class:`IndexedFile`.
+    """
+
+    def __init__(self, files: Sequence[IndexedFile]):
+        if not files:
+            raise ParameterError("ConcatenatedFiles needs at least one file")
+        dtypes = {f.dtype for f in files}
+        if len(dtypes) > 1:
+            found = ", ".join(f"{f.bin_path}: {f.dtype.name}" for f in files)
+            raise ParameterError(f"files of one split must share a dtype, found {found}; "
+                                 "convert them with one tokenizer or put them in separate splits")
+        self.files = list(files)
+        self.dtype = files[0].dtype
+        self.sequence_lengths = np.concatenate([f.sequence_lengths for f in files]) if len(files) > 1 \
+            else files[0].sequence_lengths
+        # First global sequence id of each file, and the end.
+        self.first_sequence = np.cumsum([0] + [f.num_sequences for f in files])
+
+    @property
+    def num_sequences(self) -> int:
+        return int(self.first_sequence[-1])
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(f.num_tokens for f in self.files)
+
+    def read_pieces(self, sequence_ids, offsets, lengths, out: np.ndarray | None = None) -> np.ndarray:
+        if len(self.files) == 1:
+            return self.files[0].read_pieces(sequence_ids, offsets, lengths, out)
+        sequence_ids = np.asarray(sequence_ids, np.int64)
+        offsets = np.asarray(offsets, np.int64)
+        lengths = np.asarray(lengths, np.int64)
+        if len(sequence_ids) and (sequence_ids.min() < 0 or sequence_ids.max() >= self.num_sequences):
+            raise ParameterError(f"sequence ids must lie in [0, {self.num_sequences})")
+        total = int(lengths.sum())
+        if out is None:
+            out = np.empty(total, self.dtype)
+        file_of = np.searchsorted(self.first_sequence, sequence_ids, side="right") - 1
+        ends = np.cumsum(lengths)
+        begins = ends - lengths
+        # Runs of consecutive pieces from one file go to that file in one call.
+        breaks = np.flatnonzero(np.diff(file_of)) + 1
+        for first, last in zip(np.concatenate(([0], breaks)).tolist(), np.concatenate((breaks, [len(file_of)])).tolist()):
+            if first == last:
+                continue
+            f = int(file_of[first])
+            self.files[f].read_pieces(sequence_ids[first:last] - self.first_sequence[f], offsets[first:last],
+                                      lengths[first:last], out[begins[first]:ends[last - 1]])
+        return out
