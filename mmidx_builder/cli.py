@@ -55,7 +55,8 @@ def _inspect(args) -> None:
         ("sequences", f"{info['num_sequences']:,}"),
         ("documents", f"{info['num_documents']:,} ({info['empty_documents']:,} empty)"),
         ("tokens", f"{info['num_tokens']:,}"),
-        ("document length", f"shortest {info['shortest_document']}, median {info['median_document']}, "
+        ("document length", "- (no documents)" if info["num_documents"] == 0 else
+                            f"shortest {info['shortest_document']}, median {info['median_document']}, "
                             f"longest {info['longest_document']}"),
         (".idx size", f"{info['idx_bytes']:,} bytes ({_human_bytes(info['idx_bytes'])})"),
         (".bin size", f"{info['bin_bytes']:,} bytes ({_human_bytes(info['bin_bytes'])})"),
@@ -95,6 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="one JSON list per line")
     p.set_defaults(run=_show)
 
+    from . import card, hub  # here, not at the top: card uses describe() from this module
+    card.add_command(commands)  # mmidx card DIR
+    hub.add_command(commands)  # mmidx upload DIR --repo-id NAMESPACE/NAME
     # Subcommands of later layers add themselves here, one line each.
     return parser
 

@@ -189,9 +189,11 @@ class BinReader:
             position += length
 
 
-# Below this mean run length a fancy-index gather beats a Python loop of slice copies
-# (measured by benchmarks/bench_format.py; both are exact, this is only speed).
-_LOOP_MIN_MEAN_RUN = 48
+# Below this mean run length a fancy-index gather beats a Python loop of slice copies.
+# Measured by benchmarks/bench_format.py (200M uint16 tokens, page cache warm): the loop
+# costs ~0.5 us per piece plus the copy, the take ~5-10 ns per token for building its
+# index; they cross between runs of 64 and 128 tokens. Both are exact; this is only speed.
+_LOOP_MIN_MEAN_RUN = 96
 
 
 class MemmapBinReader(BinReader):
@@ -199,10 +201,22 @@ class MemmapBinReader(BinReader):
 
     def __init__(self, path: str, dtype: np.dtype):
         self.path = path
+        self.dtype = dtype
         self.size = os.path.getsize(path)
         count = self.size // dtype.itemsize
         # numpy cannot map an empty file; an empty array behaves the same for every read.
-        self.tokens = np.memmap(path, dtype=dtype, mode="r", shape=(count,)) if count else np.empty(0, dtype)
+        # Slices are taken from a plain ndarray view of the map: slicing the np.memmap
+        # subclass itself costs ~1 us per slice in __array_finalize__, more than copying
+        # a 1,000-token piece. The view keeps the map alive through its base.
+        self.tokens = (np.memmap(path, dtype=dtype, mode="r", shape=(count,)) if count
+                       else np.empty(0, dtype)).view(np.ndarray)
+
+    def __getstate__(self):
+        # Pickling (datasets' worker processes) must not copy the whole .bin: map it again there.
+        return {"path": self.path, "dtype": self.dtype}
+
+    def __setstate__(self, state):
+        self.__init__(state["path"], state["dtype"])
 
     def read(self, start: int, count: int) -> np.ndarray:
         return self.tokens[start:start + count]
@@ -212,13 +226,17 @@ class MemmapBinReader(BinReader):
         if runs == 0:
             return
         if out.size >= _LOOP_MIN_MEAN_RUN * runs:
-            super().gather(starts, lengths, out)
+            tokens, position = self.tokens, 0
+            for start, length in zip(starts.tolist(), lengths.tolist()):
+                out[position:position + length] = tokens[start:start + length]
+                position += length
             return
         # Short runs: one vectorised take; index k of run i is starts[i] + (k - run_begin[i]).
         run_begin = np.cumsum(lengths) - lengths
         index = np.repeat(np.asarray(starts, np.int64) - run_begin, lengths)
         index += np.arange(out.size, dtype=np.int64)
-        np.take(self.tokens, index, out=out)
+        # Every index was bounds-checked by read_pieces; "clip" skips numpy's buffered re-check.
+        np.take(self.tokens, index, out=out, mode="clip")
 
 
 class FileBinReader(BinReader):
@@ -325,14 +343,14 @@ class IndexedFile:
 
     @classmethod
     def open(cls, path: str | os.PathLike, *, opener: Callable[..., IO[bytes]] | None = None,
-             bin_path: str | None = None) -> "IndexedFile":
+             idx_path: str | None = None, bin_path: str | None = None) -> "IndexedFile":
         """Opens and validates ``PREFIX`` (or ``PREFIX.bin`` / ``PREFIX.idx``).
 
-        ``bin_path`` overrides where the tokens are read from, for downloads that lost
-        their names. Raises :class:`FormatError` for anything malformed.
+        ``idx_path`` / ``bin_path`` override where the two files are read from, for
+        downloads that lost their names. Raises :class:`FormatError` for anything malformed.
         """
         prefix = split_prefix(path)
-        idx_path, bin_path = prefix + ".idx", bin_path or prefix + ".bin"
+        idx_path, bin_path = idx_path or prefix + ".idx", bin_path or prefix + ".bin"
         idx_there, bin_there = _exists(idx_path, opener), _exists(bin_path, opener)
         if not idx_there and not bin_there:
             raise MissingPartnerError(prefix, "files", f"{idx_path} and {bin_path}", "neither exists")
@@ -365,6 +383,7 @@ class IndexedFile:
             i = _first_bad(pointers != expected)
             hint = ("pointers are not increasing" if i and pointers[i] < pointers[i - 1]
                     else "the pointer step does not match the previous sequence's length")
+            hint += f"; read as the {h.flavour.value} flavour, whose size the file has"
             raise FormatError(self.idx_path, f"sequence_pointers[{i}]", int(expected[i]), int(pointers[i]),
                               offset=pointers_at + 8 * i, hint=hint)
         if self.bin_size != self.num_tokens * itemsize:
@@ -433,20 +452,20 @@ class IndexedFile:
 
         One vectorised bounds check, then one gather; never reads outside a sequence.
         """
-        sequence_ids = np.asarray(sequence_ids, np.int64)
-        offsets = np.asarray(offsets, np.int64)
-        lengths = np.asarray(lengths, np.int64)
+        sequence_ids, offsets, lengths = _piece_arrays(sequence_ids, offsets, lengths)
         if len(sequence_ids):
             bad = ((sequence_ids < 0) | (sequence_ids >= self.num_sequences))
             if bad.any():
                 k = _first_bad(bad)
                 raise ParameterError(f"{self.idx_path}: sequence id {int(sequence_ids[k])} out of range "
                                      f"[0, {self.num_sequences})")
-            bad = (offsets < 0) | (lengths < 0) | (offsets + lengths > self.sequence_lengths[sequence_ids])
+            # `offsets > length - lengths`, not `offsets + lengths > length`: the sum of two
+            # huge requests wraps around in int64 and would pass.
+            bad = (offsets < 0) | (lengths < 0) | (offsets > self.sequence_lengths[sequence_ids] - lengths)
             if bad.any():
                 k = _first_bad(bad)
                 raise ParameterError(f"{self.idx_path}: piece {k} asks for tokens [{int(offsets[k])}, "
-                                     f"{int(offsets[k] + lengths[k])}) of sequence {int(sequence_ids[k])}, "
+                                     f"{int(offsets[k]) + int(lengths[k])}) of sequence {int(sequence_ids[k])}, "
                                      f"which has {int(self.sequence_lengths[sequence_ids[k]])}")
         total = int(lengths.sum())
         if out is None:
@@ -461,6 +480,14 @@ class IndexedFile:
                 f"sequences={self.num_sequences}, documents={self.num_documents}, tokens={self.num_tokens})")
 
 
+def _piece_arrays(sequence_ids, offsets, lengths) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    arrays = tuple(np.asarray(a, np.int64) for a in (sequence_ids, offsets, lengths))
+    if any(a.ndim != 1 for a in arrays) or len({len(a) for a in arrays}) != 1:
+        raise ParameterError("sequence_ids, offsets and lengths must be 1-D arrays of one length, got shapes "
+                             + ", ".join(str(a.shape) for a in arrays))
+    return arrays
+
+
 def _check_index(i: int, count: int, what: str, path: str) -> int:
     i = int(i)
     if i < 0:
@@ -468,6 +495,15 @@ def _check_index(i: int, count: int, what: str, path: str) -> int:
     if not 0 <= i < count:
         raise ParameterError(f"{path}: {what} {i} out of range: the file has {count} {what}s")
     return i
+
+
+def _check_sequence_lengths(lengths: Sequence[int]) -> None:
+    # The index stores lengths as int32; a longer sequence would wrap silently (megatron-core's
+    # writer raises OverflowError there). Split such a document into several sequences.
+    longest = max(lengths, default=0)
+    if longest > np.iinfo(LENGTH_DTYPE).max:
+        raise ParameterError(f"a sequence of {longest} tokens does not fit the index's int32 length field "
+                             f"(at most {np.iinfo(LENGTH_DTYPE).max}); split the document into sequences")
 
 
 class IndexedFileWriter:
@@ -507,6 +543,7 @@ class IndexedFileWriter:
     def add_sequence(self, tokens: Sequence[int] | np.ndarray) -> None:
         """Appends one sequence to the current document (Megatron's ``add_item``)."""
         data = self._as_tokens(tokens)
+        _check_sequence_lengths([data.size])
         self._bin.write(data.tobytes())
         self._lengths.append(data.size)
 
@@ -520,6 +557,7 @@ class IndexedFileWriter:
         lengths = [data.size] if sequence_lengths is None else [int(n) for n in sequence_lengths]
         if sum(lengths) != data.size or min(lengths, default=0) < 0:
             raise ParameterError(f"sequence_lengths {lengths} do not add up to the document's {data.size} tokens")
+        _check_sequence_lengths(lengths)
         self._bin.write(data.tobytes())
         self._lengths.extend(lengths)
         self.end_document()
@@ -636,14 +674,20 @@ class ConcatenatedFiles:
     def read_pieces(self, sequence_ids, offsets, lengths, out: np.ndarray | None = None) -> np.ndarray:
         if len(self.files) == 1:
             return self.files[0].read_pieces(sequence_ids, offsets, lengths, out)
-        sequence_ids = np.asarray(sequence_ids, np.int64)
-        offsets = np.asarray(offsets, np.int64)
-        lengths = np.asarray(lengths, np.int64)
+        sequence_ids, offsets, lengths = _piece_arrays(sequence_ids, offsets, lengths)
         if len(sequence_ids) and (sequence_ids.min() < 0 or sequence_ids.max() >= self.num_sequences):
             raise ParameterError(f"sequence ids must lie in [0, {self.num_sequences})")
+        bad = (offsets < 0) | (lengths < 0) | (offsets > self.sequence_lengths[sequence_ids] - lengths)
+        if bad.any():
+            k = _first_bad(bad)
+            raise ParameterError(f"piece {k} asks for tokens [{int(offsets[k])}, {int(offsets[k]) + int(lengths[k])}) "
+                                 f"of sequence {int(sequence_ids[k])}, which has "
+                                 f"{int(self.sequence_lengths[sequence_ids[k]])}")
         total = int(lengths.sum())
         if out is None:
             out = np.empty(total, self.dtype)
+        elif out.shape != (total,):
+            raise ParameterError(f"out has shape {out.shape}, expected ({total},)")
         file_of = np.searchsorted(self.first_sequence, sequence_ids, side="right") - 1
         ends = np.cumsum(lengths)
         begins = ends - lengths

@@ -1,0 +1,126 @@
+"""Builder throughput and memory against a memmap ceiling measured in the same run.
+
+    .venv/bin/python benchmarks/bench_builder.py [--tokens 200e6] [--workdir /tmp/mmidx-bench]
+
+Rows (tokens/s, and the ratio to the ceiling):
+  ceiling              numpy memmap slicing of sample windows into a preallocated array
+  download_and_prepare the Arrow cache written by load_dataset (goal >= 0.4x)
+  cached read          the prepared dataset, numpy format with the file dtype, batches of 1,000 (goal >= 1x)
+  streaming            streaming=True, arrow-format batches of 1,000 converted to numpy (goal >= 0.5x)
+and the anonymous (heap) memory of the process while streaming, sampled every batch
+(goal: flat, under 300 MB), which excludes the page cache of the memory-mapped files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import time
+
+import numpy as np
+
+SEQ_LENGTH = 2048
+BATCH = 1000
+
+
+def rss_anon_mb() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def make_corpus(folder: str, tokens: int) -> str:
+    """``tokens`` uint16 tokens in documents of ~1,000 tokens, written with numpy directly."""
+    from mmidx_builder.format import IndexedFile, IndexedFileWriter
+
+    prefix = os.path.join(folder, "train_text_document")
+    try:
+        if IndexedFile.open(prefix).num_tokens >= tokens:
+            return prefix
+    except Exception:
+        pass
+    os.makedirs(folder, exist_ok=True)
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(1, 2000, size=tokens // 1000 + 1)
+    lengths = lengths[: np.searchsorted(np.cumsum(lengths), tokens) + 1]
+    # The writer's index for the lengths, then the .bin in chunks of random tokens.
+    with IndexedFileWriter(prefix, dtype=np.uint16) as writer:
+        writer._lengths.extend(lengths.tolist())  # benchmark shortcut: index only, tokens below
+        writer._document_indices.extend(range(1, len(lengths) + 1))
+        remaining = int(lengths.sum())
+        while remaining:
+            n = min(remaining, 50_000_000)
+            writer._bin.write(rng.integers(0, 50000, size=n, dtype=np.uint16).tobytes())
+            remaining -= n
+    return prefix
+
+
+def ceiling(prefix: str, num_samples: int) -> float:
+    tokens = np.memmap(prefix + ".bin", dtype=np.uint16, mode="r")
+    starts = np.random.default_rng(1).integers(0, len(tokens) - SEQ_LENGTH - 1, size=num_samples)
+    out = np.empty((BATCH, SEQ_LENGTH + 1), np.uint16)
+    t = time.perf_counter()
+    for i, start in enumerate(starts.tolist()):
+        out[i % BATCH] = tokens[start:start + SEQ_LENGTH + 1]
+    return num_samples * (SEQ_LENGTH + 1) / (time.perf_counter() - t)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tokens", type=float, default=200e6)
+    parser.add_argument("--workdir", default="/tmp/mmidx-bench")
+    args = parser.parse_args()
+
+    import datasets
+    import mmidx_builder  # noqa: F401  registers the builder
+
+    datasets.disable_progress_bars()
+    prefix = make_corpus(os.path.join(args.workdir, "builder"), int(args.tokens))
+    folder = os.path.dirname(prefix)
+    cache = os.path.join(args.workdir, "hf-cache")
+    shutil.rmtree(cache, ignore_errors=True)
+    kwargs = dict(seq_length=SEQ_LENGTH, seed=1234, cache_dir=cache, split="train")
+
+    rows = []
+    # Build the sampling indices once so that no row below pays for them.
+    next(iter(datasets.load_dataset(folder, streaming=True, **kwargs)))
+    ceiling_rate = ceiling(prefix, 200_000)
+    rows.append(("ceiling: memmap window slicing", ceiling_rate))
+
+    t = time.perf_counter()
+    ds = datasets.load_dataset(folder, **kwargs)
+    total_tokens = len(ds) * (SEQ_LENGTH + 1)
+    rows.append(("download_and_prepare (Arrow cache)", total_tokens / (time.perf_counter() - t)))
+
+    t = time.perf_counter()
+    seen = 0
+    for batch in ds.with_format("numpy", dtype=np.uint16).iter(BATCH):
+        seen += batch["input_ids"].size
+    rows.append(("cached read, numpy uint16, batches of 1000", seen / (time.perf_counter() - t)))
+
+    memory = []
+    t = time.perf_counter()
+    seen = 0
+    for batch in datasets.load_dataset(folder, streaming=True, **kwargs).with_format("arrow").iter(BATCH):
+        array = batch.column("input_ids").combine_chunks()
+        values = array.values.to_numpy(zero_copy_only=False).reshape(len(array), -1)
+        seen += values.size
+        memory.append(rss_anon_mb())
+    rows.append(("streaming, arrow batches -> numpy", seen / (time.perf_counter() - t)))
+
+    print(f"\n{len(ds):,} samples of {SEQ_LENGTH + 1} tokens, {total_tokens / 1e6:,.0f}M tokens "
+          f"(.bin {os.path.getsize(prefix + '.bin') / 2**20:,.0f} MiB)\n")
+    print(f"| {'path':<44} | {'M tokens/s':>10} | {'x ceiling':>9} |")
+    print(f"|{'-' * 46}|{'-' * 12}|{'-' * 11}|")
+    for name, rate in rows:
+        print(f"| {name:<44} | {rate / 1e6:>10,.0f} | {rate / ceiling_rate:>9.2f} |")
+    quarter = max(1, len(memory) // 4)
+    print(f"\nstreaming heap (RssAnon) MB: first quarter max {max(memory[:quarter]):.0f}, "
+          f"last quarter max {max(memory[-quarter:]):.0f}, overall max {max(memory):.0f}")
+
+
+if __name__ == "__main__":
+    main()

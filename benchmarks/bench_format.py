@@ -1,0 +1,192 @@
+"""The format layer's speed against a numpy memmap ceiling measured in the same run.
+
+    .venv/bin/python benchmarks/bench_format.py [--tokens 200e6] [--workdir /tmp/mmidx-bench]
+
+The corpus (uint16 tokens in documents of 1..2,000 tokens, ~1,000 on average; 200M tokens
+is a 400 MB .bin and ~200,000 documents) is generated once and cached under --workdir.
+
+Rows:
+  ceiling                  numpy memmap slicing of 2,049-token windows at random starts into a
+                           preallocated array (tokens/s); also slicing the np.memmap object itself
+  open + validate          IndexedFile.open, header to last pointer check (s per million documents)
+  read_pieces (auto)       batched gather of 2,049-token samples made of several pieces, as
+                           sampling makes them (tokens/s, ratio to the ceiling)
+  read_pieces (loop)       the same, forcing the loop of slice copies
+  read_pieces (fancy)      the same, forcing one fancy-index take
+and a second table, loop vs fancy for pieces of a fixed length, which is what
+format._LOOP_MIN_MEAN_RUN is tuned from (the crossover).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from mmidx_builder import format as fmt
+from mmidx_builder.errors import MMIdxError
+from mmidx_builder.format import IndexedFile, IndexedFileWriter
+
+WINDOW = 2049  # seq_length 2048 + 1, what one GPT sample reads
+SAMPLES_PER_BATCH = 1024
+
+
+@dataclass
+class Row:
+    name: str
+    value: float
+    unit: str
+    ratio: float | None = None  # to the ceiling, where the unit is tokens/s
+    note: str = ""
+
+
+def make_corpus(workdir: str, tokens: int) -> str:
+    prefix = os.path.join(workdir, f"bench_format_{tokens}")
+    try:
+        if IndexedFile.open(prefix).num_tokens >= tokens:
+            return prefix
+    except (MMIdxError, OSError):
+        pass
+    print(f"generating {tokens:,} tokens under {prefix} (once) ...", flush=True)
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(1, 2001, size=tokens // 1000 + 1000)
+    lengths = lengths[: int(np.searchsorted(np.cumsum(lengths), tokens)) + 1]
+    with IndexedFileWriter(prefix, dtype=np.uint16) as writer:
+        # Chunks of ~1,000 documents: one random draw each, then one add_document per document.
+        for first in range(0, len(lengths), 1000):
+            chunk = lengths[first:first + 1000]
+            data = rng.integers(0, 50257, size=int(chunk.sum()), dtype=np.uint16)
+            ends = np.cumsum(chunk)
+            for begin, end in zip((ends - chunk).tolist(), ends.tolist()):
+                writer.add_document(data[begin:end])
+    return prefix
+
+
+def best_of(repeats: int, run) -> float:
+    """The shortest of ``repeats`` timings of ``run()`` (noise on a shared machine only adds)."""
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def sample_pieces(indexed: IndexedFile, rng, count: int):
+    """Pieces of ``count`` samples of WINDOW tokens, each starting at a random token of a random
+    sequence and running on through the following sequences, as GPTDataset's samples do."""
+    lengths = indexed.sequence_lengths.astype(np.int64)
+    ids, offsets, sizes = [], [], []
+    first = rng.integers(0, len(lengths) - 10, size=count)
+    for sequence in first.tolist():
+        offset = int(rng.integers(0, lengths[sequence]))
+        need = WINDOW
+        while need:
+            take = min(need, int(lengths[sequence]) - offset)
+            if take:
+                ids.append(sequence)
+                offsets.append(offset)
+                sizes.append(take)
+            need -= take
+            sequence, offset = sequence + 1, 0
+    return np.array(ids), np.array(offsets), np.array(sizes)
+
+
+def fixed_pieces(indexed: IndexedFile, rng, length: int, total: int):
+    long_enough = np.flatnonzero(indexed.sequence_lengths >= length)
+    count = total // length
+    ids = rng.choice(long_enough, size=count)
+    offsets = rng.integers(0, indexed.sequence_lengths[ids] - length + 1)
+    return ids, offsets, np.full(count, length)
+
+
+def with_threshold(value: int, run):
+    saved = fmt._LOOP_MIN_MEAN_RUN
+    fmt._LOOP_MIN_MEAN_RUN = value
+    try:
+        return run()
+    finally:
+        fmt._LOOP_MIN_MEAN_RUN = saved
+
+
+LOOP, FANCY = 0, 10**18  # thresholds that force one path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tokens", type=float, default=200e6)
+    parser.add_argument("--workdir", default="/tmp/mmidx-bench")
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    prefix = make_corpus(args.workdir, int(args.tokens))
+    rows: list[Row] = []
+
+    indexed = IndexedFile.open(prefix)
+    mapped = np.memmap(prefix + ".bin", dtype=np.uint16, mode="r")
+    # The ceiling slices a plain ndarray view of the map: slicing the np.memmap subclass pays
+    # ~1 us per slice in __array_finalize__ (its own row below), which no reader needs to pay.
+    tokens = mapped.view(np.ndarray)
+    # Warm the page cache so that every row reads from memory, as a training epoch does.
+    for begin in range(0, len(tokens), 50_000_000):
+        int(tokens[begin:begin + 50_000_000][::4096].sum())
+    rng = np.random.default_rng(1)
+
+    # Ceiling: slicing WINDOW-token windows of the memmap into a preallocated batch.
+    window_starts = rng.integers(0, len(tokens) - WINDOW, size=SAMPLES_PER_BATCH).tolist()
+    batch = np.empty((SAMPLES_PER_BATCH, WINDOW), np.uint16)
+
+    def ceiling():
+        for row, start in enumerate(window_starts):
+            batch[row] = tokens[start:start + WINDOW]
+
+    def memmap_subclass():
+        for row, start in enumerate(window_starts):
+            batch[row] = mapped[start:start + WINDOW]
+
+    ceiling_rate = SAMPLES_PER_BATCH * WINDOW / best_of(args.repeats, ceiling)
+    rows.append(Row("ceiling: memmap slices of 2,049", ceiling_rate, "tokens/s", 1.0))
+    rate = SAMPLES_PER_BATCH * WINDOW / best_of(args.repeats, memmap_subclass)
+    rows.append(Row("  same, slicing np.memmap itself", rate, "tokens/s", rate / ceiling_rate))
+
+    seconds = best_of(args.repeats, lambda: IndexedFile.open(prefix))
+    rows.append(Row("open + validate", seconds / indexed.num_documents * 1e6, "s / M documents",
+                    note=f"{indexed.num_documents:,} documents, {seconds * 1e3:.1f} ms"))
+
+    ids, offsets, sizes = sample_pieces(indexed, rng, SAMPLES_PER_BATCH)
+    out = np.empty(int(sizes.sum()), np.uint16)
+    note = f"{len(ids) / SAMPLES_PER_BATCH:.1f} pieces per sample, mean run {sizes.mean():.0f}"
+    for label, threshold in (("auto", fmt._LOOP_MIN_MEAN_RUN), ("loop", LOOP), ("fancy", FANCY)):
+        seconds = with_threshold(threshold, lambda: best_of(args.repeats, lambda: indexed.read_pieces(ids, offsets, sizes, out)))
+        rate = out.size / seconds
+        rows.append(Row(f"read_pieces ({label})", rate, "tokens/s", rate / ceiling_rate, note if label == "auto" else ""))
+
+    print_table(f"bench_format: {indexed.num_tokens:,} uint16 tokens, {indexed.num_documents:,} documents, "
+                f"{SAMPLES_PER_BATCH} samples of {WINDOW} per batch", rows)
+
+    # Crossover of the two gather paths, for _LOOP_MIN_MEAN_RUN.
+    crossover = []
+    for length in (4, 8, 16, 32, 64, 128, 256, 1024):
+        ids, offsets, sizes = fixed_pieces(indexed, rng, length, total=2_000_000)
+        out = np.empty(int(sizes.sum()), np.uint16)
+        loop = out.size / with_threshold(LOOP, lambda: best_of(3, lambda: indexed.read_pieces(ids, offsets, sizes, out)))
+        fancy = out.size / with_threshold(FANCY, lambda: best_of(3, lambda: indexed.read_pieces(ids, offsets, sizes, out)))
+        crossover.append(Row(f"pieces of {length}: loop / fancy", loop, "tokens/s", loop / ceiling_rate,
+                             note=f"fancy {fancy / 1e6:,.0f} M tokens/s ({fancy / ceiling_rate:.2f}x); "
+                                  f"{'loop' if loop > fancy else 'fancy'} wins"))
+    print_table(f"gather paths by piece length (now _LOOP_MIN_MEAN_RUN = {fmt._LOOP_MIN_MEAN_RUN})", crossover)
+
+
+def print_table(title: str, rows: list[Row]) -> None:
+    print(f"\n{title}")
+    print(f"{'row':<34} {'value':>16} {'unit':<16} {'x ceiling':>9}  note")
+    for row in rows:
+        value = f"{row.value / 1e6:,.1f} M" if row.unit == "tokens/s" else f"{row.value:.4f}"
+        ratio = f"{row.ratio:.2f}" if row.ratio is not None else ""
+        print(f"{row.name:<34} {value:>16} {row.unit:<16} {ratio:>9}  {row.note}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,110 @@
+"""Index build time and peak memory: mmidx_builder.sampling against megatron-core.
+
+    .venv/bin/python benchmarks/bench_sampling.py                 # 10M sequences, 3 epochs, L 2048
+    .venv/bin/python benchmarks/bench_sampling.py --sequences 1000000   # a quick run
+
+Lengths are drawn with numpy (mean ~1,000 tokens, no .bin needed). Rows:
+  * numpy ceiling: the two RandomState shuffles alone (the part every exact
+    implementation must spend, since megatron's order of random draws is the contract);
+  * megatron-core: _build_document_index + helpers.build_sample_idx (C++) + _build_shuffle_index,
+    as GPTDataset calls them (skipped when megatron-core is not installed);
+  * mmidx_builder.build_indices.
+Peak memory is tracemalloc's peak of numpy allocations during the build (numpy reports its
+buffers to tracemalloc; the C++ helper's array is allocated with new[] and is invisible to
+it, so its row adds the sample index's size by hand). "output" is the size of the three
+arrays returned; the goal is a peak within 2x of it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import sys
+import time
+import tracemalloc
+
+import numpy as np
+
+from mmidx_builder import sampling
+
+
+def measure(build):
+    gc.collect()
+    tracemalloc.start()
+    begin = time.perf_counter()
+    result = build()
+    seconds = time.perf_counter() - begin
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    return result, seconds, peak
+
+
+def numpy_ceiling(num_sequences, num_epochs, total, seed):
+    rng = np.random.RandomState(seed)
+    document_index = np.tile(np.arange(num_sequences, dtype=np.int32), num_epochs)
+    rng.shuffle(document_index)
+    shuffle_index = np.arange(total, dtype=np.uint32)
+    rng.shuffle(shuffle_index)
+    return document_index, shuffle_index
+
+
+def megatron_build(sizes, num_epochs, seq_length, seed):
+    from megatron.core.datasets import helpers
+    from megatron.core.datasets.gpt_dataset import _build_document_index, _build_shuffle_index
+
+    rng = np.random.RandomState(seed)
+    tokens_per_epoch = int(sizes.sum(dtype=np.int64))
+    document_index = _build_document_index(np.arange(len(sizes), dtype=np.int32), num_epochs, rng, False)
+    sample_index = helpers.build_sample_idx(sizes, document_index, seq_length, num_epochs, tokens_per_epoch,
+                                            True, True)
+    shuffle_index = _build_shuffle_index(len(sample_index) - 1, len(sample_index) - 1, rng)
+    return document_index, sample_index, shuffle_index
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sequences", type=int, default=10_000_000)
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--seq-length", type=int, default=2048)
+    parser.add_argument("--seed", type=int, default=1234)
+    args = parser.parse_args(argv)
+
+    # Mean ~1,000 tokens, a long tail, some empty sequences: roughly what tokenised web text looks like.
+    rng = np.random.default_rng(0)
+    sizes = np.minimum(rng.geometric(1 / 1000, args.sequences) - 1, 2**31 - 1).astype(np.int32)
+    tokens = int(sizes.sum(dtype=np.int64))
+    print(f"{args.sequences:,} sequences, {tokens:,} tokens, {args.epochs} epochs, seq_length {args.seq_length}")
+
+    ours, ours_s, ours_peak = measure(lambda: sampling.build_indices(
+        sizes, seq_length=args.seq_length, seed=args.seed, num_epochs=args.epochs))
+    output = ours.document_index.nbytes + ours.sample_index.nbytes + ours.shuffle_index.nbytes
+    rows = []
+    _, ceiling_s, ceiling_peak = measure(lambda: numpy_ceiling(len(sizes), args.epochs, ours.total_samples, args.seed))
+    rows.append(("numpy shuffles only (ceiling)", ceiling_s, ceiling_peak))
+    try:
+        import megatron.core.datasets.helpers  # noqa: F401
+    except ImportError as error:
+        print(f"(megatron-core not installed: {error}; its row is skipped)")
+        megatron = None
+    else:
+        megatron, megatron_s, megatron_peak = measure(lambda: megatron_build(sizes, args.epochs, args.seq_length, args.seed))
+        rows.append(("megatron-core (C++ sample index)", megatron_s, megatron_peak + megatron[1].nbytes))
+    rows.append(("mmidx_builder.build_indices", ours_s, ours_peak))
+
+    if megatron is not None:
+        same = all(np.array_equal(a, b) and a.dtype == b.dtype for a, b in
+                   zip((ours.document_index, ours.sample_index, ours.shuffle_index), megatron))
+        print(f"identical arrays: {same}")
+    print(f"output arrays: {output / 2**20:,.0f} MiB ({ours.total_samples:,} samples)")
+    print()
+    print(f"{'':36} {'seconds':>8} {'x ceiling':>9} {'peak MiB':>9} {'peak/output':>11}")
+    for name, seconds, peak in rows:
+        print(f"{name:36} {seconds:8.2f} {seconds / ceiling_s:9.2f} {peak / 2**20:9.0f} {peak / output:11.2f}")
+    if megatron is not None:
+        print(f"\nmmidx_builder / megatron-core: time {ours_s / megatron_s:.2f}x, peak memory "
+              f"{ours_peak / (megatron_peak + megatron[1].nbytes):.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

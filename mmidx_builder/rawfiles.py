@@ -1,0 +1,483 @@
+"""Raw files read ``n_bytes`` per token: data that was never tokenized, as a token source.
+
+A file's bytes are read as unsigned little-endian integers of ``n_bytes`` bytes (1-4), so
+the vocabulary is the ``2**(8*n_bytes)`` byte tokens plus one end-of-file token:
+
+    n_bytes   byte tokens      EOF id          dtype (smallest holding the EOF id)
+    1         0 .. 255         256             uint16
+    2         0 .. 65535       65536           int32
+    3         0 .. 2**24-1     2**24           int32
+    4         0 .. 2**32-1     2**32           int64
+
+Of two dtypes of one size the signed one is taken: torch has no general uint32/uint64
+tensors, and Megatron's dtype table (so a ``.bin`` written from these tokens) has no
+uint32.
+
+A file of ``b`` bytes holds ``ceil(b / n_bytes)`` tokens; a trailing partial token is
+padded with zero bytes (the high bytes, as the integers are little-endian). Each file is
+one "sequence" of its tokens followed by EOF, which is all ``sampling`` needs: a
+:class:`RawFiles` offers the ``sequence_lengths`` / ``dtype`` / ``read_pieces`` surface of
+:class:`~mmidx_builder.format.IndexedFile`, decoding tokens on the fly from a memory map,
+with no converted copy of the data anywhere.
+
+Two ways to cut the files into examples:
+
+* ``concat``: sampling.assemble_samples(RawFiles(...), sampling.build_indices(...), ids),
+  Megatron's packing over files as documents;
+* ``diff``: :func:`diff_chunks` / :func:`diff_samples`, every file cut into its own
+  ``seq_length`` chunks, the last one padded with EOF.
+
+Labels come from class folders, as ``datasets``' imagefolder infers them, or from a
+metadata file (:func:`labels_for`). This module never imports ``datasets``.
+"""
+
+from __future__ import annotations
+
+import collections
+import csv
+import json
+import mmap
+import os
+import posixpath
+from typing import IO, Callable, Iterator, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from .errors import FormatError, ParameterError
+
+N_BYTES_CHOICES = (1, 2, 3, 4)
+
+
+def _open_maps_limit() -> int:
+    """Memory maps kept open at once. Each holds a file descriptor (Python's mmap dups
+    it), so a folder of 100,000 files must stay within the descriptor limit, and the
+    kernel's map count (vm.max_map_count, 65,530 by default). Re-mapping a file costs
+    ~20 us, so keep as many as the limits comfortably allow."""
+    try:
+        import resource  # POSIX only
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        if soft == resource.RLIM_INFINITY:
+            soft = 16384
+    except (ImportError, OSError, ValueError):
+        soft = 1024
+    return max(32, min(4096, soft // 4))
+
+
+_OPEN_MAPS = _open_maps_limit()
+# Megatron's sequence lengths are int32, and so are ours.
+_MAX_SEQUENCE_LENGTH = np.iinfo(np.int32).max
+
+
+def _check_n_bytes(n_bytes: int) -> int:
+    if n_bytes not in N_BYTES_CHOICES:
+        raise ParameterError(f"n_bytes must be one of {N_BYTES_CHOICES}, got {n_bytes!r}")
+    return int(n_bytes)
+
+
+def eof_id(n_bytes: int) -> int:
+    """The end-of-file token: one past the largest byte token, ``2**(8*n_bytes)``."""
+    return 2 ** (8 * _check_n_bytes(n_bytes))
+
+
+def token_dtype(n_bytes: int) -> np.dtype:
+    """The smallest integer dtype that holds every token including EOF (table above)."""
+    eof = eof_id(n_bytes)
+    for dtype in (np.uint8, np.uint16, np.int32, np.int64):
+        if eof <= np.iinfo(dtype).max:
+            return np.dtype(dtype)
+    raise AssertionError("unreachable: n_bytes <= 4")  # pragma: no cover
+
+
+def tokens_in(size_in_bytes: int, n_bytes: int) -> int:
+    """Tokens in a file of ``size_in_bytes`` bytes (a partial last token counts)."""
+    return -(-int(size_in_bytes) // n_bytes)
+
+
+def _combine_planes(planes: np.ndarray, out: np.ndarray) -> None:
+    """(tokens, 3) little-endian byte planes into ``out``: there is no 3-byte dtype."""
+    np.copyto(out, planes[:, 0], casting="unsafe")
+    out |= planes[:, 1].astype(out.dtype) << 8
+    out |= planes[:, 2].astype(out.dtype) << 16
+
+
+def _read_three(data: np.ndarray, planes: np.ndarray, start: int, stop: int, out: np.ndarray) -> None:
+    """Tokens ``start:stop`` of a file of 3-byte tokens into ``out``.
+
+    Each token is read as the 4-byte little-endian integer at its first byte (a strided,
+    unaligned view of the map, 3 bytes apart) with the fourth byte masked off: one pass,
+    no temporaries. A last token whose 4-byte read would leave the file goes by planes.
+    """
+    inside = min(stop, (len(data) - 1) // 3)  # tokens j with 3j + 4 <= len(data)
+    if inside > start:
+        words = np.ndarray((inside - start,), "<u4", buffer=data, offset=3 * start, strides=(3,))
+        np.bitwise_and(words, 0xFFFFFF, out=out[:inside - start], casting="unsafe")
+    first = max(start, inside)
+    if stop > first:
+        _combine_planes(planes[first:stop], out[first - start:])
+
+
+def decode_bytes(data, n_bytes: int, out: np.ndarray) -> None:
+    """Decodes ``data`` (bytes-like or a uint8 array) into ``out``, ``n_bytes`` per token.
+
+    ``len(out)`` tokens are written; missing high bytes of the last one are zeros.
+    """
+    raw = np.frombuffer(data, np.uint8) if not isinstance(data, np.ndarray) else data
+    full = len(raw) // n_bytes
+    if full > len(out):
+        raise ParameterError(f"{len(raw)} bytes hold more than the {len(out)} tokens asked for")
+    if n_bytes == 3:
+        _combine_planes(raw[:full * 3].reshape(full, 3), out[:full])
+    else:
+        # A view of the memory map in the byte order of the file, cast once into out.
+        view = raw[:full * n_bytes].view(np.dtype(f"<u{n_bytes}"))
+        np.copyto(out[:full], view, casting="unsafe")
+    if full < len(out):
+        tail = raw[full * n_bytes:]
+        if full + 1 < len(out) or len(tail) == 0:
+            raise ParameterError(f"{len(raw)} bytes hold fewer than the {len(out)} tokens asked for")
+        padded = np.zeros(n_bytes, np.uint8)
+        padded[:len(tail)] = tail
+        decode_bytes(padded, n_bytes, out[full:])
+
+
+class RawFiles:
+    """Files read as tokens of ``n_bytes`` bytes, each file followed by one EOF token.
+
+    ``sequence_lengths[i]`` is the tokens of file ``i`` plus one. Local paths are memory
+    mapped (lazily, a bounded number at a time); with ``opener`` (an ``open``-like
+    callable, e.g. the one ``datasets`` patches for streaming, or ``fsspec.open``) files
+    are read with ranged reads instead.
+    """
+
+    def __init__(self, paths: Sequence[str | os.PathLike], n_bytes: int, *,
+                 opener: Callable[..., IO[bytes]] | None = None, sizes: Sequence[int] | None = None):
+        self.n_bytes = _check_n_bytes(n_bytes)
+        self.paths = [os.fspath(p) for p in paths]
+        self.dtype = token_dtype(self.n_bytes)
+        self.eof = eof_id(self.n_bytes)
+        self._opener = opener
+        if sizes is None:
+            sizes = [self._size_of(p) for p in self.paths]
+        elif len(sizes) != len(self.paths):
+            raise ParameterError(f"{len(sizes)} sizes given for {len(self.paths)} files")
+        self.file_sizes = np.asarray(sizes, np.int64).reshape(-1)
+        self.file_tokens = -(-self.file_sizes // self.n_bytes)
+        too_long = self.file_tokens + 1 > _MAX_SEQUENCE_LENGTH
+        if too_long.any():
+            i = int(np.flatnonzero(too_long)[0])
+            raise FormatError(self.paths[i], "file size",
+                              f"at most {(_MAX_SEQUENCE_LENGTH - 1) * self.n_bytes} bytes "
+                              f"({_MAX_SEQUENCE_LENGTH - 1} tokens of {self.n_bytes} bytes)",
+                              f"{int(self.file_sizes[i])} bytes",
+                              hint="sequence lengths are int32 as in Megatron; split the file or raise n_bytes")
+        self.sequence_lengths = (self.file_tokens + 1).astype(np.int32)
+        self._sequence_ends = self.sequence_lengths.tolist()  # Python ints for the read loop
+        self._maps: collections.OrderedDict[int, np.ndarray] = collections.OrderedDict()
+        self._files: collections.OrderedDict[int, IO[bytes]] = collections.OrderedDict()
+
+    def _size_of(self, path: str) -> int:
+        if self._opener is None:
+            return os.path.getsize(path)
+        with self._opener(path, "rb") as f:
+            return f.seek(0, os.SEEK_END)
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        # Maps and file objects are reopened lazily in the process that unpickles.
+        state["_maps"] = collections.OrderedDict()
+        state["_files"] = collections.OrderedDict()
+        return state
+
+    def close(self) -> None:
+        for f in self._files.values():
+            f.close()
+        self._files.clear()
+        self._maps.clear()
+
+    @property
+    def num_sequences(self) -> int:
+        return len(self.paths)
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens of every file, EOFs included."""
+        return int(self.sequence_lengths.sum(dtype=np.int64))
+
+    # --- bytes -------------------------------------------------------------------------
+    def _map(self, i: int) -> np.ndarray:
+        return self._view(i)[0]
+
+    def _view(self, i: int) -> tuple[np.ndarray, np.ndarray, int | None]:
+        """(bytes, whole tokens, partial last token) of local file ``i``.
+
+        The whole tokens are a zero-copy view of the memory map: little-endian integers for
+        n_bytes 1, 2 and 4, a (tokens, 3) array of byte planes for 3.
+        """
+        entry = self._maps.get(i)
+        if entry is not None:
+            self._maps.move_to_end(i)
+            return entry
+        size, n = int(self.file_sizes[i]), self.n_bytes
+        data = np.empty(0, np.uint8)
+        if size:  # mmap cannot map an empty file; an empty array reads the same
+            with open(self.paths[i], "rb") as f:
+                mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            if len(mapped) < size:
+                raise FormatError(self.paths[i], "file size", f"{size} bytes", f"{len(mapped)} bytes",
+                                  hint="the file shrank after it was listed")
+            data = np.frombuffer(mapped, np.uint8, size)
+        whole = size // n
+        tokens = data[:whole * n].reshape(whole, 3) if n == 3 else data[:whole * n].view(f"<u{n}")
+        partial = None
+        if whole * n < size:
+            padded = np.zeros(n, np.uint8)
+            padded[:size - whole * n] = data[whole * n:]
+            partial = int.from_bytes(padded.tobytes(), "little")
+        entry = self._maps[i] = (data, tokens, partial)
+        if len(self._maps) > _OPEN_MAPS:
+            self._maps.popitem(last=False)
+        return entry
+
+    def _read_bytes(self, i: int, start: int, stop: int):
+        """Bytes ``[start, stop)`` of file ``i`` (``stop`` within the file)."""
+        if self._opener is None:
+            return self._map(i)[start:stop]
+        f = self._files.get(i)
+        if f is None:
+            f = self._files[i] = self._opener(self.paths[i], "rb")
+            if len(self._files) > _OPEN_MAPS:
+                self._files.popitem(last=False)[1].close()
+        else:
+            self._files.move_to_end(i)
+        f.seek(start)
+        data = f.read(stop - start)
+        if len(data) != stop - start:
+            raise FormatError(self.paths[i], "bytes", f"{stop - start} bytes at byte {start}",
+                              f"{len(data)} bytes", hint="the file changed or the read was cut short")
+        return data
+
+    def file_bytes(self, i: int):
+        """The whole of file ``i`` as bytes-like (a memory map view when local)."""
+        return self._read_bytes(i, 0, int(self.file_sizes[i]))
+
+    # --- tokens ------------------------------------------------------------------------
+    def read_pieces(self, sequence_ids, offsets, lengths, out: np.ndarray | None = None) -> np.ndarray:
+        """Tokens ``offsets[k] : offsets[k] + lengths[k]`` of file ``sequence_ids[k]``
+        (its tokens then EOF), for every k, concatenated into one 1-D array.
+
+        Same contract as :meth:`mmidx_builder.format.IndexedFile.read_pieces`.
+        """
+        sequence_ids = np.asarray(sequence_ids, np.int64).reshape(-1)
+        offsets = np.asarray(offsets, np.int64).reshape(-1)
+        lengths = np.asarray(lengths, np.int64).reshape(-1)
+        if not len(sequence_ids) == len(offsets) == len(lengths):
+            raise ParameterError(f"sequence_ids, offsets and lengths differ in length: "
+                                 f"{len(sequence_ids)}, {len(offsets)}, {len(lengths)}")
+        if len(sequence_ids):
+            bad = (sequence_ids < 0) | (sequence_ids >= self.num_sequences)
+            if bad.any():
+                k = int(np.flatnonzero(bad)[0])
+                raise ParameterError(f"file id {int(sequence_ids[k])} out of range [0, {self.num_sequences})")
+            bad = (offsets < 0) | (lengths < 0) | (offsets + lengths > self.sequence_lengths[sequence_ids])
+            if bad.any():
+                k = int(np.flatnonzero(bad)[0])
+                f = int(sequence_ids[k])
+                raise ParameterError(f"piece {k} asks for tokens [{int(offsets[k])}, {int(offsets[k] + lengths[k])}) "
+                                     f"of {self.paths[f]}, which has {int(self.sequence_lengths[f])} (EOF included)")
+        total = int(lengths.sum())
+        if out is None:
+            out = np.empty(total, self.dtype)
+        elif out.shape != (total,):
+            raise ParameterError(f"out has shape {out.shape}, expected ({total},)")
+        if self._opener is None:
+            self._read_local(sequence_ids.tolist(), offsets.tolist(), lengths.tolist(), out)
+        else:
+            self._read_ranged(sequence_ids.tolist(), offsets.tolist(), lengths.tolist(), out)
+        return out
+
+    def _read_local(self, files, offsets, lengths, out) -> None:
+        # The hot loop of concat sampling: one slice copy per piece from cached views.
+        position, eof, three, ends = 0, self.eof, self.n_bytes == 3, self._sequence_ends
+        for f, offset, length in zip(files, offsets, lengths):
+            if not length:
+                continue
+            target = out[position:position + length]
+            position += length
+            data, tokens, partial = self._view(f)
+            whole = len(tokens)
+            stop = offset + length
+            if offset < whole:
+                end = min(stop, whole)
+                if three:
+                    _read_three(data, tokens, offset, end, target[:end - offset])
+                else:
+                    np.copyto(target[:end - offset], tokens[offset:end], casting="unsafe")
+            # Past the whole tokens come the partial token (if any), then EOF.
+            if partial is not None and offset <= whole < stop:
+                target[whole - offset] = partial
+            if stop == ends[f]:
+                target[-1] = eof
+
+    def _read_ranged(self, files, offsets, lengths, out) -> None:
+        n, position = self.n_bytes, 0
+        for f, offset, length in zip(files, offsets, lengths):
+            target = out[position:position + length]
+            position += length
+            # The piece is data tokens [offset, data_end) and, when it reaches the end, EOF.
+            data_end = min(offset + length, int(self.file_tokens[f]))
+            if data_end > offset:
+                stop_byte = min(data_end * n, int(self.file_sizes[f]))
+                decode_bytes(self._read_bytes(f, offset * n, stop_byte), n, target[:data_end - offset])
+            if data_end < offset + length:
+                target[data_end - offset:] = self.eof  # only ever the last token of a file
+
+    def sequence(self, i: int) -> np.ndarray:
+        """File ``i``'s tokens, EOF last."""
+        return self.read_pieces([i], [0], [int(self.sequence_lengths[i])])
+
+    def __repr__(self) -> str:
+        return (f"RawFiles({len(self.paths)} files, n_bytes={self.n_bytes}, dtype={self.dtype.name}, "
+                f"tokens={self.num_tokens})")
+
+
+# --- style="diff": every file cut into its own chunks ---------------------------------
+
+def diff_chunks(raw: RawFiles, seq_length: int) -> tuple[np.ndarray, np.ndarray]:
+    """(file id, token offset) of every chunk when each file is cut into ``seq_length`` pieces.
+
+    A file's sequence is its tokens then EOF, so it yields ``ceil((tokens + 1) / seq_length)``
+    chunks: an empty file gives one chunk of EOFs, and a file whose tokens fill chunks exactly
+    still ends with a chunk that says where it ended.
+    """
+    if seq_length < 1:
+        raise ParameterError(f"seq_length must be at least 1, got {seq_length}")
+    lengths = raw.sequence_lengths.astype(np.int64)
+    counts = -(-lengths // seq_length)
+    file_ids = np.repeat(np.arange(len(lengths), dtype=np.int64), counts)
+    first_chunk = np.cumsum(counts) - counts
+    offsets = (np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(first_chunk, counts)) * seq_length
+    return file_ids, offsets
+
+
+def diff_samples(raw: RawFiles, file_ids: np.ndarray, offsets: np.ndarray, seq_length: int) -> np.ndarray:
+    """The ``(len(file_ids), seq_length)`` chunks named by :func:`diff_chunks`, EOF-padded."""
+    file_ids = np.asarray(file_ids, np.int64)
+    offsets = np.asarray(offsets, np.int64)
+    lengths = np.minimum(raw.sequence_lengths[file_ids].astype(np.int64) - offsets, seq_length)
+    flat = raw.read_pieces(file_ids, offsets, lengths)
+    samples = np.full((len(file_ids), seq_length), raw.eof, raw.dtype)
+    # Row-major boolean assignment fills each row's first `lengths[row]` cells in order.
+    samples[np.arange(seq_length) < lengths[:, None]] = flat
+    return samples
+
+
+def diff_tables(raw: RawFiles, seq_length: int, *, names: Sequence[str] | None = None,
+                label_ids: np.ndarray | None = None, start: int = 0, stop: int | None = None,
+                batch_size: int = 1000) -> Iterator[pa.Table]:
+    """Chunks ``start:stop`` of :func:`diff_chunks` as Arrow tables of up to ``batch_size``
+    rows: ``input_ids`` (fixed-size lists of ``seq_length`` tokens), ``path`` (``names``,
+    e.g. the original paths before download, else ``raw.paths``) and, with ``label_ids``
+    (one per file, from :func:`labels_for`), ``label``."""
+    if batch_size < 1:
+        raise ParameterError(f"batch_size must be at least 1, got {batch_size}")
+    names = list(raw.paths if names is None else names)
+    if len(names) != raw.num_sequences or (label_ids is not None and len(label_ids) != raw.num_sequences):
+        raise ParameterError(f"{raw.num_sequences} files but {len(names)} names"
+                             + ("" if label_ids is None else f" and {len(label_ids)} labels"))
+    file_ids, offsets = diff_chunks(raw, seq_length)
+    stop = len(file_ids) if stop is None else min(int(stop), len(file_ids))
+    path_array = pa.array(names, pa.string())
+    for begin in range(int(start), stop, batch_size):
+        files = file_ids[begin:begin + batch_size][:stop - begin]
+        samples = diff_samples(raw, files, offsets[begin:begin + len(files)], seq_length)
+        columns = {"input_ids": pa.FixedSizeListArray.from_arrays(pa.array(samples.reshape(-1)), seq_length),
+                   "path": path_array.take(pa.array(files))}
+        if label_ids is not None:
+            columns["label"] = pa.array(np.asarray(label_ids, np.int64)[files])
+        yield pa.table(columns)
+
+
+# --- labels ----------------------------------------------------------------------------
+
+def _segments(path: str) -> int:
+    # datasets.packaged_modules.folder_based_builder.count_path_segments
+    return path.replace("\\", "/").count("/")
+
+
+def _class_folder(path: str) -> str:
+    return posixpath.basename(posixpath.dirname(path.replace("\\", "/")))
+
+
+def labels_for(paths: Sequence[str], metadata: str | os.PathLike | None = None, *,
+               opener: Callable[..., IO] | None = None) -> tuple[list[str], np.ndarray] | None:
+    """``(class_names, label_ids)`` for ``paths``, or ``None`` when they carry no labels.
+
+    Without ``metadata`` this is imagefolder's rule (``datasets``' folder_based_builder):
+    the label is the name of the file's parent folder, used only when the files sit in more
+    than one such folder, all at the same depth; class names are sorted. With ``metadata``
+    (a ``.csv`` or ``.jsonl`` with columns ``file_name``, relative to the metadata file's
+    folder, and ``label``) every path must appear there.
+    """
+    paths = [os.fspath(p) for p in paths]
+    if metadata is not None:
+        return _labels_from_metadata(paths, os.fspath(metadata), opener)
+    folders = [_class_folder(p) for p in paths]
+    if len(set(folders)) <= 1 or len({_segments(p) for p in paths}) != 1:
+        return None
+    names = sorted(set(folders))
+    lookup = {name: i for i, name in enumerate(names)}
+    return names, np.array([lookup[f] for f in folders], np.int64)
+
+
+def _metadata_rows(path: str, opener) -> list[tuple[int, dict]]:
+    """(line number, row) of a metadata file."""
+    open_ = opener or open
+    ext = os.path.splitext(path)[1].lower()
+    rows = []
+    with open_(path, "r", encoding="utf-8", newline="" if ext == ".csv" else None) as f:
+        if ext == ".csv":
+            reader = csv.DictReader(f)
+            for row in reader:
+                rows.append((reader.line_num, row))
+        elif ext in (".jsonl", ".json"):
+            for number, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as error:
+                    raise FormatError(path, f"line {number}", "one JSON object", repr(line.strip()[:80]),
+                                      hint=str(error)) from None
+                if not isinstance(row, dict):
+                    raise FormatError(path, f"line {number}", "a JSON object", type(row).__name__)
+                rows.append((number, row))
+        else:
+            raise ParameterError(f"metadata file {path}: expected a .csv or .jsonl file")
+    return rows
+
+
+def _labels_from_metadata(paths: list[str], metadata: str, opener) -> tuple[list[str], np.ndarray]:
+    base = posixpath.dirname(metadata.replace("\\", "/"))
+    by_name: dict[str, object] = {}
+    for number, row in _metadata_rows(metadata, opener):
+        for key in ("file_name", "label"):
+            if row.get(key) in (None, ""):
+                raise FormatError(metadata, f"line {number}", f"a {key!r} value", repr(row)[:120])
+        name = posixpath.normpath(str(row["file_name"]).replace("\\", "/"))
+        if posixpath.isabs(name) or name == ".." or name.startswith("../"):
+            raise FormatError(metadata, f"line {number}", "a file_name relative to the metadata file's folder",
+                              repr(row["file_name"]))
+        by_name[name] = row["label"]
+    labels = []
+    for p in paths:
+        relative = posixpath.relpath(p.replace("\\", "/"), base or ".")
+        if relative not in by_name:
+            raise FormatError(metadata, "file_name", f"a row for {relative!r} (the data file {p})", "none")
+        labels.append(by_name[relative])
+    # Integer labels sort as numbers, anything else as text.
+    distinct = set(labels)
+    numeric = all(isinstance(v, int) or (isinstance(v, str) and v.lstrip("-").isdigit()) for v in distinct)
+    names = sorted({str(v) for v in distinct}, key=(lambda s: int(s)) if numeric else None)
+    lookup = {name: i for i, name in enumerate(names)}
+    return names, np.array([lookup[str(v)] for v in labels], np.int64)

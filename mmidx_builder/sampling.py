@@ -1,0 +1,480 @@
+"""Megatron-core GPTDataset sampling in numpy: the same packed sequences, in the same order.
+
+For one list of sequence lengths, a ``seq_length``, a seed and an amount of training,
+three arrays say what training sees, exactly as megatron-core builds them
+(``gpt_dataset.py`` and ``helpers.cpp::build_sample_idx``; ``shared/SAMPLING.md``):
+
+    document_index  int32 (epochs * N,)    sequence ids, every epoch's worth shuffled together,
+                                           a partial final epoch shuffled apart (the 80% rule)
+    sample_index    int32 (total + 1, 2)   (position in document_index, offset) where sample
+                    (int64 when needed)    k starts; samples hold seq_length + E tokens and,
+                                           with E = 1 (the default), overlap by one token
+    shuffle_index   uint32 (total,)        training position -> sample (int64 when huge)
+
+Every shuffle uses one ``numpy.random.RandomState(seed)``, in megatron-core's order:
+document index (first the whole epochs, then a separate final epoch), then shuffle index
+(likewise). Training position ``i`` reads sample ``shuffle_index[i]``.
+
+Edges where megatron-core's C++ merely asserts (``seq_length > 1``, ``tokens_per_epoch >
+1``) are decided here: ``seq_length`` 1 and a single token are sampled by the same rules
+(nothing in them needs more), and anything that yields no sample at all, no tokens, a
+negative length or seed, raises :class:`ParameterError` saying what to change.
+
+The functions are pure (arrays and a seed in, arrays out), except
+:func:`load_or_build_indices`, the on-disk cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import operator
+import os
+import tempfile
+import warnings
+from dataclasses import dataclass
+from typing import Iterator
+
+import numpy as np
+
+from .errors import ParameterError
+
+__all__ = [
+    "SamplingIndices",
+    "assemble_samples",
+    "build_document_index",
+    "build_indices",
+    "build_sample_index",
+    "build_shuffle_index",
+    "count_samples",
+    "document_structure",
+    "iter_reference_samples",
+    "load_or_build_indices",
+    "sample_pieces",
+]
+
+# megatron-core passes the epoch count to its C++ helper as int32 and keeps sequence ids as int32.
+MAX_EPOCHS = 2**31 - 1
+MAX_SEQUENCES = 2**31 - 1
+# megatron-core's rule: a final epoch giving fewer than 80% of an epoch's samples is shuffled apart.
+SEPARATE_FINAL_EPOCH_THRESHOLD = 0.80
+# Documents handled per step of the sample-index build: bounds its int64 temporaries (~12 MiB).
+_CHUNK = 1 << 18
+# Bump when the cached arrays' meaning changes, so old caches are not reused.
+_CACHE_FORMAT = 1
+_ARRAY_NAMES = ("document_index", "sample_index", "shuffle_index")
+
+
+def _check_int(name: str, value, minimum: int, hint: str) -> int:
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        value = operator.index(value)
+    except TypeError:
+        raise ParameterError(f"{name} must be an integer, got {value!r}") from None
+    if value < minimum:
+        raise ParameterError(f"{name} must be at least {minimum}, got {value}; {hint}")
+    return value
+
+
+def _check_seed(seed) -> int:
+    seed = _check_int("seed", seed, 0, "use a seed in [0, 2**32)")
+    if seed >= 2**32:
+        raise ParameterError(f"seed must be below 2**32 (numpy.random.RandomState), got {seed}")
+    return seed
+
+
+def count_samples(tokens_per_epoch: int, *, seq_length: int, num_epochs: int | None = None,
+                  num_samples: int | None = None, add_extra_token: bool = True) -> tuple[int, int]:
+    """``(num_epochs, num_samples)`` that training will see over ``tokens_per_epoch`` tokens.
+
+    ``num_epochs`` asks for whole epochs: every sample they hold, ``(num_epochs *
+    tokens_per_epoch - E) // seq_length`` with ``E = add_extra_token``. ``num_samples`` asks
+    the Megatron way: the fewest epochs that hold that many samples (the last one may be
+    partial). Neither: one epoch. Raises :class:`ParameterError` saying what to change.
+    """
+    seq_length = _check_int("seq_length", seq_length, 1, "pass a sequence length of 1 or more")
+    extra = int(bool(add_extra_token))
+    tokens_per_epoch = int(tokens_per_epoch)
+    if tokens_per_epoch < 1:
+        raise ParameterError(f"the data holds no tokens (tokens per epoch: {tokens_per_epoch}); "
+                             "sampling needs at least one non-empty sequence")
+    if num_epochs is not None and num_samples is not None:
+        raise ParameterError(f"give num_epochs or num_samples, not both (got num_epochs={num_epochs}, "
+                             f"num_samples={num_samples})")
+    if num_samples is not None:
+        num_samples = _check_int("num_samples", num_samples, 1, "ask for at least one sample")
+        # megatron-core's _get_num_epochs: the smallest e >= 1 with e * tokens >= N * L + E.
+        needed = num_samples * seq_length + extra
+        num_epochs = max(1, -(-needed // tokens_per_epoch))
+        if num_epochs > MAX_EPOCHS:
+            raise ParameterError(f"num_samples={num_samples} of {seq_length} tokens needs {num_epochs} epochs "
+                                 f"of {tokens_per_epoch} tokens, more than megatron-core's limit of "
+                                 f"{MAX_EPOCHS}; ask for fewer samples")
+        return num_epochs, num_samples
+    num_epochs = 1 if num_epochs is None else _check_int("num_epochs", num_epochs, 1, "train at least one epoch")
+    if num_epochs > MAX_EPOCHS:
+        raise ParameterError(f"num_epochs={num_epochs} exceeds megatron-core's limit of {MAX_EPOCHS}")
+    num_samples = (num_epochs * tokens_per_epoch - extra) // seq_length
+    if num_samples < 1:
+        raise ParameterError(
+            f"{num_epochs} epoch(s) of {tokens_per_epoch} tokens do not fill one sample of {seq_length + extra} "
+            f"tokens (seq_length {seq_length} + {extra} extra); lower seq_length or raise num_epochs")
+    return num_epochs, num_samples
+
+
+def _final_epoch_split(tokens_per_epoch: int, seq_length: int, extra: int, num_epochs: int,
+                       num_samples: int) -> tuple[bool, int]:
+    """megatron-core's separate-final-epoch rule: (separate?, samples of the epochs before it)."""
+    if num_epochs == 1:
+        return False, 0
+    sans_final = ((num_epochs - 1) * tokens_per_epoch - extra) // seq_length
+    from_final = num_samples - sans_final
+    per_epoch = (tokens_per_epoch - extra) // seq_length
+    return from_final < int(SEPARATE_FINAL_EPOCH_THRESHOLD * per_epoch), sans_final
+
+
+@dataclass(frozen=True, eq=False)
+class SamplingIndices:
+    """The three index arrays and the numbers they were built for.
+
+    ``num_samples`` is what training consumes: training positions ``0 .. num_samples - 1``
+    (``shuffle_index`` may hold more, as megatron-core builds every sample of its epochs).
+    """
+
+    seq_length: int
+    add_extra_token: bool
+    num_epochs: int
+    num_samples: int
+    separate_final_epoch: bool
+    document_index: np.ndarray
+    sample_index: np.ndarray
+    shuffle_index: np.ndarray
+
+    @property
+    def sample_length(self) -> int:
+        """Tokens per sample: ``seq_length`` plus the one extra token when it is on."""
+        return self.seq_length + int(self.add_extra_token)
+
+    @property
+    def total_samples(self) -> int:
+        """Samples the epochs hold (megatron-core's ``len(dataset)``), at least ``num_samples``."""
+        return len(self.sample_index) - 1
+
+
+def _as_lengths(sequence_lengths) -> np.ndarray:
+    sizes = np.asarray(sequence_lengths)
+    if sizes.ndim != 1 or not np.issubdtype(sizes.dtype, np.integer):
+        raise ParameterError(f"sequence_lengths must be a 1-D integer array, got dtype {sizes.dtype} "
+                             f"shape {sizes.shape}")
+    if len(sizes) == 0:
+        raise ParameterError("there are no sequences to sample from; the data holds no tokens")
+    if len(sizes) > MAX_SEQUENCES:
+        raise ParameterError(f"{len(sizes)} sequences exceed megatron-core's int32 sequence ids "
+                             f"(at most {MAX_SEQUENCES}); split the data into several files")
+    if sizes.min() < 0:
+        k = int(np.argmax(sizes < 0))
+        raise ParameterError(f"sequence {k} has length {int(sizes[k])}; lengths must be >= 0")
+    return sizes
+
+
+def build_document_index(num_sequences: int, num_epochs: int, rng: np.random.RandomState,
+                         separate_final_epoch: bool) -> np.ndarray:
+    """Sequence ids ``0..num_sequences-1`` once per epoch, shuffled as megatron-core does.
+
+    Equals ``gpt_dataset._build_document_index(arange(N, int32), ...)``: one ``rng.shuffle``
+    over all epochs, or with ``separate_final_epoch`` one over the first ``num_epochs - 1``
+    and then one over the last. Shuffled in place, in int32 from the start (megatron-core
+    builds int64 grids first), so the array itself is the peak.
+    """
+    index = np.empty((num_epochs, num_sequences), np.int32)
+    index[:] = np.arange(num_sequences, dtype=np.int32)
+    index = index.reshape(-1)
+    if separate_final_epoch and num_epochs > 1:
+        cut = (num_epochs - 1) * num_sequences
+        # A shuffle of a view permutes it exactly as a shuffle of a copy of the same length.
+        rng.shuffle(index[:cut])
+        rng.shuffle(index[cut:])
+    else:
+        rng.shuffle(index)
+    return index
+
+
+def build_sample_index(sizes: np.ndarray, document_index: np.ndarray, seq_length: int,
+                       tokens_total: int, add_extra_token: bool = True) -> np.ndarray:
+    """Where each sample starts: megatron-core's ``helpers.build_sample_idx``, vectorised.
+
+    ``tokens_total`` is ``num_epochs * tokens_per_epoch`` (the sum of the lengths along
+    ``document_index``). Row k is ``(d, offset)``: global token ``p = k * seq_length`` of the
+    epoch-ordered stream. With the extra token, d is the sequence *holding* token p (so a
+    sample ending on a sequence's last token leaves the next one starting on it); without,
+    d holds token ``p - 1`` and ``offset`` may equal its length. Empty sequences hold no
+    token and are skipped. Row 0 is ``(0, 0)``.
+
+    Instead of a walk over tokens, each sequence's range of rows comes from integer
+    division of its cumulative bounds, a chunk of sequences at a time (int64 temporaries
+    stay small; the output is the only full-size array).
+    """
+    extra = int(bool(add_extra_token))
+    total = (int(tokens_total) - extra) // seq_length
+    limit = np.iinfo(np.int32).max
+    dtype = np.int32 if max(len(document_index), int(sizes.max())) <= limit else np.int64
+    out = np.empty((total + 1, 2), dtype)
+    out[0] = 0
+    if total == 0:
+        return out
+    base = 0  # tokens before the current chunk
+    filled = 1  # rows 0 .. filled-1 are written
+    for begin in range(0, len(document_index), _CHUNK):
+        stop = min(begin + _CHUNK, len(document_index))
+        bounds = np.empty(stop - begin + 1, np.int64)
+        bounds[0] = base
+        np.cumsum(sizes[document_index[begin:stop]], dtype=np.int64, out=bounds[1:])
+        bounds[1:] += base
+        base = int(bounds[-1])
+        # first_row[j] = the first k whose token p = k*L lies in sequence j (or beyond):
+        # ceil(start / L) when d holds p (E = 1), floor(start / L) + 1 when d holds p - 1 (E = 0).
+        if extra:
+            first_row = -(-bounds // seq_length)
+        else:
+            first_row = bounds // seq_length + 1
+        np.clip(first_row, 1, total + 1, out=first_row)
+        lo, hi = int(first_row[0]), int(first_row[-1])
+        if lo == hi:
+            continue
+        filled = hi
+        rows_per_sequence = np.diff(first_row)
+        out[lo:hi, 0] = np.repeat(np.arange(begin, stop, dtype=np.int64), rows_per_sequence)
+        positions = np.arange(lo, hi, dtype=np.int64)
+        positions *= seq_length
+        positions -= np.repeat(bounds[:-1], rows_per_sequence)
+        out[lo:hi, 1] = positions
+        if hi == total + 1:
+            break
+    # Internal invariant, not user data: every row 1..total falls into exactly one sequence.
+    assert filled == total + 1, f"sample index rows {filled}..{total} left unfilled"
+    return out
+
+
+def build_shuffle_index(num_samples: int, total_size: int, rng: np.random.RandomState) -> np.ndarray:
+    """``gpt_dataset._build_shuffle_index``: ``arange(total_size)`` with ``[0, num_samples)``
+    shuffled, then ``[num_samples, total_size)`` shuffled apart; uint32 unless that is too small."""
+    dtype = np.uint32 if total_size < np.iinfo(np.uint32).max - 1 else np.int64
+    index = np.arange(total_size, dtype=dtype)
+    rng.shuffle(index[:num_samples])
+    if num_samples != total_size:
+        rng.shuffle(index[num_samples:])
+    return index
+
+
+def build_indices(sequence_lengths: np.ndarray, *, seq_length: int, seed: int, num_epochs: int | None = None,
+                  num_samples: int | None = None, add_extra_token: bool = True) -> SamplingIndices:
+    """The document, sample and shuffle indices megatron-core's GPTDataset builds.
+
+    ``sequence_lengths``: tokens per sequence (GPTDataset packs sequences; its document ids
+    are sequence ids). Give ``num_epochs`` (whole epochs) or ``num_samples`` (Megatron's
+    way, possibly ending inside an epoch), or neither for one epoch. Pure: no I/O.
+    """
+    sizes = _as_lengths(sequence_lengths)
+    seed = _check_seed(seed)
+    extra = int(bool(add_extra_token))
+    tokens_per_epoch = int(sizes.sum(dtype=np.int64))
+    num_epochs, num_samples = count_samples(tokens_per_epoch, seq_length=seq_length, num_epochs=num_epochs,
+                                            num_samples=num_samples, add_extra_token=add_extra_token)
+    separate, sans_final = _final_epoch_split(tokens_per_epoch, seq_length, extra, num_epochs, num_samples)
+    rng = np.random.RandomState(seed)
+    document_index = build_document_index(len(sizes), num_epochs, rng, separate)
+    sample_index = build_sample_index(sizes, document_index, seq_length, num_epochs * tokens_per_epoch, extra)
+    total = len(sample_index) - 1
+    if num_samples > total:  # cannot happen after count_samples; kept as a clear message, not garbage
+        raise ParameterError(f"num_samples={num_samples} exceeds the {total} samples that {num_epochs} epoch(s) "
+                             f"of {tokens_per_epoch} tokens hold at seq_length {seq_length}; ask for fewer")
+    shuffle_index = build_shuffle_index(sans_final if separate else total, total, rng)
+    return SamplingIndices(seq_length=int(seq_length), add_extra_token=bool(extra), num_epochs=num_epochs,
+                           num_samples=num_samples, separate_final_epoch=separate,
+                           document_index=document_index, sample_index=sample_index, shuffle_index=shuffle_index)
+
+
+# --- the cache -------------------------------------------------------------------------------
+
+def _cache_key(sizes: np.ndarray, identity: str, params: dict) -> str:
+    digest = hashlib.sha256()
+    description = {"cache_format": _CACHE_FORMAT, "identity": str(identity), "num_sequences": len(sizes), **params}
+    digest.update(json.dumps(description, sort_keys=True).encode())
+    # The lengths themselves too: an identity made of sizes and mtimes can miss a rewrite.
+    digest.update(np.ascontiguousarray(sizes, dtype=np.int64).tobytes() if sizes.dtype != np.int32
+                  else np.ascontiguousarray(sizes).data)
+    return digest.hexdigest()[:32]
+
+
+def _cache_paths(cache_dir: str, key: str) -> dict[str, str]:
+    paths = {name: os.path.join(cache_dir, f"{key}-{name}.npy") for name in _ARRAY_NAMES}
+    paths["meta"] = os.path.join(cache_dir, f"{key}-meta.json")
+    return paths
+
+
+def _load_cached(paths: dict[str, str], num_sequences: int) -> SamplingIndices | None:
+    """The cached indices, or None when absent or damaged (then they are rebuilt)."""
+    try:
+        with open(paths["meta"], encoding="utf-8") as f:
+            meta = json.load(f)
+        arrays = {name: np.load(paths[name], mmap_mode="r", allow_pickle=False) for name in _ARRAY_NAMES}
+        indices = SamplingIndices(**{k: meta[k] for k in ("seq_length", "add_extra_token", "num_epochs",
+                                                        "num_samples", "separate_final_epoch")}, **arrays)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    consistent = (indices.document_index.shape == (indices.num_epochs * num_sequences,)
+                  and indices.sample_index.ndim == 2 and indices.sample_index.shape[1] == 2
+                  and indices.shuffle_index.shape == (indices.total_samples,)
+                  and indices.num_samples <= indices.total_samples)
+    return indices if consistent else None
+
+
+def _save_atomically(path: str, write) -> None:
+    fd, temporary = tempfile.mkstemp(dir=os.path.dirname(path), prefix=os.path.basename(path) + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+        os.replace(temporary, path)
+    except BaseException:
+        try:
+            os.unlink(temporary)
+        except OSError:
+            pass
+        raise
+
+
+def _save_cached(paths: dict[str, str], indices: SamplingIndices) -> None:
+    os.makedirs(os.path.dirname(paths["meta"]), exist_ok=True)
+    for name in _ARRAY_NAMES:
+        _save_atomically(paths[name], lambda f, a=getattr(indices, name): np.save(f, a, allow_pickle=False))
+    meta = {"seq_length": indices.seq_length, "add_extra_token": indices.add_extra_token,
+            "num_epochs": indices.num_epochs, "num_samples": indices.num_samples,
+            "separate_final_epoch": indices.separate_final_epoch}
+    # The meta file goes last: its presence says the three arrays are complete.
+    _save_atomically(paths["meta"], lambda f: f.write(json.dumps(meta, indent=1).encode()))
+
+
+def load_or_build_indices(sequence_lengths, *, cache_dir: str | os.PathLike | None, identity: str,
+                          **build_kwargs) -> SamplingIndices:
+    """:func:`build_indices`, cached in ``cache_dir`` (None: no cache).
+
+    The key hashes ``identity`` (the caller's description of the index files: paths, sizes,
+    mtimes), the lengths themselves and every parameter. Arrays are written with
+    ``allow_pickle=False`` under temporary names and renamed, the small meta file last, so
+    two processes building at once both succeed and a reader never sees half a cache. A hit
+    returns read-only memory maps. A cache that cannot be written is skipped with a warning.
+    """
+    if cache_dir is None:
+        return build_indices(sequence_lengths, **build_kwargs)
+    sizes = _as_lengths(sequence_lengths)
+    unknown = set(build_kwargs) - {"seq_length", "seed", "num_epochs", "num_samples", "add_extra_token"}
+    if unknown:
+        raise TypeError(f"load_or_build_indices() got unexpected arguments {sorted(unknown)}")
+    params = {"seq_length": build_kwargs.get("seq_length"), "seed": build_kwargs.get("seed"),
+              "num_epochs": build_kwargs.get("num_epochs"), "num_samples": build_kwargs.get("num_samples"),
+              "add_extra_token": bool(build_kwargs.get("add_extra_token", True))}
+    params = {k: (v if v is None or isinstance(v, bool) else _check_int(k, v, -2**63, "")) for k, v in params.items()}
+    paths = _cache_paths(os.fspath(cache_dir), _cache_key(sizes, identity, params))
+    cached = _load_cached(paths, len(sizes))
+    if cached is not None:
+        return cached
+    indices = build_indices(sizes, **build_kwargs)
+    try:
+        _save_cached(paths, indices)
+    except OSError as error:
+        warnings.warn(f"sampling indices not cached in {os.fspath(cache_dir)}: {error}", stacklevel=2)
+    return indices
+
+
+# --- from indices to tokens --------------------------------------------------------------------
+
+def _as_sample_ids(indices: SamplingIndices, sample_ids) -> np.ndarray:
+    ids = np.asarray(sample_ids)
+    if ids.ndim != 1 or not (np.issubdtype(ids.dtype, np.integer) or ids.size == 0):
+        raise ParameterError(f"sample_ids must be a 1-D integer array, got dtype {ids.dtype} shape {ids.shape}")
+    ids = ids.astype(np.int64, copy=False)
+    if ids.size and (ids.min() < 0 or ids.max() >= indices.num_samples):
+        bad = ids[(ids < 0) | (ids >= indices.num_samples)][0]
+        raise ParameterError(f"sample id {int(bad)} out of range: training sees samples 0..{indices.num_samples - 1}")
+    return ids
+
+
+def sample_pieces(indices: SamplingIndices, sequence_lengths: np.ndarray, sample_ids
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The pieces of sequences that make up samples at training positions ``sample_ids``.
+
+    Positions are looked up in the shuffle index first, as ``GPTDataset[idx]`` does. Returns
+    ``(sequence_ids, offsets, lengths, pieces_per_sample)``, int64, all samples' pieces
+    concatenated in order: a sample runs from its start row to the next row plus the extra
+    token, through the rest of its first sequence, whole sequences between and the head of
+    its last. Empty pieces (empty sequences, an exhausted sequence it starts on) are left out.
+    """
+    ids = _as_sample_ids(indices, sample_ids)
+    extra = int(indices.add_extra_token)
+    rows = np.asarray(indices.shuffle_index[ids], dtype=np.int64)
+    begin = np.asarray(indices.sample_index[rows], dtype=np.int64).reshape(-1, 2)
+    end = np.asarray(indices.sample_index[rows + 1], dtype=np.int64).reshape(-1, 2)
+    spans = end[:, 0] - begin[:, 0] + 1  # document-index positions each sample touches
+    first_piece = np.cumsum(spans) - spans
+    last_piece = first_piece + spans - 1
+    sample_of_piece = np.repeat(np.arange(len(ids)), spans)
+    positions = np.arange(int(spans.sum()), dtype=np.int64)
+    positions += (begin[:, 0] - first_piece)[sample_of_piece]
+    sequence_ids = np.asarray(indices.document_index[positions], dtype=np.int64)
+    offsets = np.zeros(len(positions), np.int64)
+    offsets[first_piece] = begin[:, 1]
+    piece_ends = np.asarray(sequence_lengths, dtype=np.int64)[sequence_ids]
+    piece_ends[last_piece] = end[:, 1] + extra
+    lengths = piece_ends - offsets
+    keep = lengths > 0
+    pieces_per_sample = np.bincount(sample_of_piece[keep], minlength=len(ids)).astype(np.int64)
+    return sequence_ids[keep], offsets[keep], lengths[keep], pieces_per_sample
+
+
+def assemble_samples(source, indices: SamplingIndices, sample_ids) -> np.ndarray:
+    """Tokens of the samples at training positions ``sample_ids``: ``(len(sample_ids),
+    sample_length)`` in ``source.dtype``, read with one ``source.read_pieces`` call.
+
+    ``source`` offers ``sequence_lengths``, ``dtype`` and ``read_pieces(sequence_ids,
+    offsets, lengths, out=None)`` (an IndexedFile, ConcatenatedFiles or a raw source).
+    """
+    sequence_ids, offsets, lengths, _ = sample_pieces(indices, source.sequence_lengths, sample_ids)
+    out = np.empty(int(lengths.sum()), source.dtype)
+    source.read_pieces(sequence_ids, offsets, lengths, out=out)
+    return out.reshape(-1, indices.sample_length)
+
+
+def document_structure(indices: SamplingIndices, sequence_lengths: np.ndarray, sample_ids
+                       ) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Where sequences (documents) start inside each sample, for packed attention.
+
+    Returns ``position_ids`` (``(batch, sample_length)`` int32, counting from 0 at the
+    sample's start and again at every sequence that starts inside it) and, per sample, the
+    int32 lengths of its pieces (they sum to ``sample_length``; ``cu_seqlens`` is their
+    cumulative sum with a leading 0). Empty sequences give no piece.
+    """
+    _, _, lengths, pieces_per_sample = sample_pieces(indices, sequence_lengths, sample_ids)
+    flat = np.arange(int(lengths.sum()), dtype=np.int64)
+    flat -= np.repeat(np.cumsum(lengths) - lengths, lengths)
+    position_ids = flat.astype(np.int32).reshape(-1, indices.sample_length)
+    piece_lengths = np.split(lengths.astype(np.int32), np.cumsum(pieces_per_sample)[:-1])
+    return position_ids, piece_lengths
+
+
+def iter_reference_samples(source, indices: SamplingIndices) -> Iterator[np.ndarray]:
+    """Every training sample in order, one array each, written plainly from megatron-core's
+    ``_query_document_sample_shuffle_indices`` with a loop per sample: slow, readable, the
+    reference the vectorised path is tested against."""
+    extra = int(indices.add_extra_token)
+    for i in range(indices.num_samples):
+        j = int(indices.shuffle_index[i])
+        first, first_offset = (int(v) for v in indices.sample_index[j])
+        last, last_offset = (int(v) for v in indices.sample_index[j + 1])
+        parts = []
+        for position in range(first, last + 1):
+            sequence = int(indices.document_index[position])
+            start = first_offset if position == first else 0
+            stop = last_offset + extra if position == last else int(source.sequence_lengths[sequence])
+            parts.append(source.read_pieces([sequence], [start], [stop - start]))
+        yield np.concatenate(parts)
