@@ -87,7 +87,8 @@ def main(argv=None) -> int:
         print(f"(megatron-core not installed: {error}; its row is skipped)")
         megatron = None
     else:
-        megatron, megatron_s, megatron_peak = measure(lambda: megatron_build(sizes, args.epochs, args.seq_length, args.seed))
+        megatron, megatron_s, megatron_peak = measure(
+            lambda: megatron_build(sizes, args.epochs, args.seq_length, args.seed))
         rows.append(("megatron-core (C++ sample index)", megatron_s, megatron_peak + megatron[1].nbytes))
     rows.append(("mmidx_builder.build_indices", ours_s, ours_peak))
 

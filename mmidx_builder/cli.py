@@ -81,6 +81,34 @@ def _show(args) -> None:
         print(json.dumps(tokens) if args.json else f"{i}\t{' '.join(map(str, tokens))}")
 
 
+def _samples(args) -> None:
+    from . import sampling
+
+    indexed = IndexedFile.open(args.path)
+    if args.first < 0:
+        raise ParameterError(f"--first takes a count of samples to print, 0 or more, got {args.first}")
+    indices = sampling.build_indices(indexed.sequence_lengths, seq_length=args.seq_length, seed=args.seed,
+                                     num_epochs=args.num_epochs, num_samples=args.num_samples,
+                                     add_extra_token=not args.no_extra_token)
+    if args.save_indices:
+        sampling.save_indices(indices, args.save_indices)
+    samples = sampling.assemble_samples(indexed, indices, np.arange(min(args.first, indices.num_samples)))
+    if args.json:
+        print(json.dumps({
+            "num_epochs": indices.num_epochs, "num_samples": indices.num_samples,
+            "separate_final_epoch": indices.separate_final_epoch,
+            "document_index": indices.document_index.tolist(), "sample_index": indices.sample_index.tolist(),
+            "shuffle_index": indices.shuffle_index.tolist(), "samples": samples.tolist()}))
+        return
+    extra = int(indices.add_extra_token)
+    print(f"epochs                {indices.num_epochs}")
+    print(f"samples               {indices.num_samples:,} (the epochs hold {indices.total_samples:,})")
+    print(f"sample length         {indices.sample_length} tokens (seq_length {indices.seq_length} + {extra} extra)")
+    print(f"separate final epoch  {'yes' if indices.separate_final_epoch else 'no'}")
+    for i, tokens in enumerate(samples.tolist()):
+        print(f"{i}\t{' '.join(map(str, tokens))}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mmidx", description="Indexed token files (.bin/.idx) for training.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -99,6 +127,21 @@ def build_parser() -> argparse.ArgumentParser:
     from . import card, hub  # here, not at the top: card uses describe() from this module
     card.add_command(commands)  # mmidx card DIR
     hub.add_command(commands)  # mmidx upload DIR --repo-id NAMESPACE/NAME
+    from . import convert  # mmidx convert INPUT... / mmidx merge PREFIX...
+    convert.add_commands(commands)
+    p = commands.add_parser("samples", help="what training sees: Megatron GPTDataset samples, in order")
+    p.add_argument("path", help="PREFIX, PREFIX.bin or PREFIX.idx")
+    p.add_argument("--seq-length", type=int, required=True, help="tokens per sample (Megatron's --seq-length)")
+    amount = p.add_mutually_exclusive_group()
+    amount.add_argument("--num-epochs", type=int, help="whole epochs (default: 1)")
+    amount.add_argument("--num-samples", type=int, help="samples, Megatron's way (may end inside an epoch)")
+    p.add_argument("--seed", type=int, default=1234, help="Megatron's --seed (default 1234)")
+    p.add_argument("--no-extra-token", action="store_true",
+                   help="samples of seq_length tokens without overlap (add_extra_token_to_sequence=False)")
+    p.add_argument("--first", type=int, default=3, metavar="K", help="print the first K samples (default 3)")
+    p.add_argument("--json", action="store_true", help="one JSON object with the whole index arrays")
+    p.add_argument("--save-indices", metavar="DIR", help="write the index arrays to DIR as .npy")
+    p.set_defaults(run=_samples)
     # Subcommands of later layers add themselves here, one line each.
     return parser
 

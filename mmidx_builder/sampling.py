@@ -50,6 +50,7 @@ __all__ = [
     "document_structure",
     "iter_reference_samples",
     "load_or_build_indices",
+    "save_indices",
     "sample_pieces",
 ]
 
@@ -92,6 +93,10 @@ def count_samples(tokens_per_epoch: int, *, seq_length: int, num_epochs: int | N
     tokens_per_epoch - E) // seq_length`` with ``E = add_extra_token``. ``num_samples`` asks
     the Megatron way: the fewest epochs that hold that many samples (the last one may be
     partial). Neither: one epoch. Raises :class:`ParameterError` saying what to change.
+
+    Whole epochs equal megatron-core called with that sample count, except when an epoch
+    holds fewer tokens than one sample: there Megatron would need fewer epochs for the
+    count, and the epochs asked for are kept (their document index is longer).
     """
     seq_length = _check_int("seq_length", seq_length, 1, "pass a sequence length of 1 or more")
     extra = int(bool(add_extra_token))
@@ -302,8 +307,8 @@ def _cache_key(sizes: np.ndarray, identity: str, params: dict) -> str:
     description = {"cache_format": _CACHE_FORMAT, "identity": str(identity), "num_sequences": len(sizes), **params}
     digest.update(json.dumps(description, sort_keys=True).encode())
     # The lengths themselves too: an identity made of sizes and mtimes can miss a rewrite.
-    digest.update(np.ascontiguousarray(sizes, dtype=np.int64).tobytes() if sizes.dtype != np.int32
-                  else np.ascontiguousarray(sizes).data)
+    digest.update(sizes.dtype.str.encode())
+    digest.update(np.ascontiguousarray(sizes).data)
     return digest.hexdigest()[:32]
 
 
@@ -355,6 +360,16 @@ def _save_cached(paths: dict[str, str], indices: SamplingIndices) -> None:
     _save_atomically(paths["meta"], lambda f: f.write(json.dumps(meta, indent=1).encode()))
 
 
+def save_indices(indices: SamplingIndices, directory: str | os.PathLike) -> list[str]:
+    """Writes ``document_index.npy``, ``sample_index.npy``, ``shuffle_index.npy`` (no pickle)
+    and ``meta.json`` into ``directory``, each atomically; returns the paths."""
+    directory = os.fspath(directory)
+    paths = {name: os.path.join(directory, f"{name}.npy") for name in _ARRAY_NAMES}
+    paths["meta"] = os.path.join(directory, "meta.json")
+    _save_cached(paths, indices)
+    return list(paths.values())
+
+
 def load_or_build_indices(sequence_lengths, *, cache_dir: str | os.PathLike | None, identity: str,
                           **build_kwargs) -> SamplingIndices:
     """:func:`build_indices`, cached in ``cache_dir`` (None: no cache).
@@ -371,10 +386,10 @@ def load_or_build_indices(sequence_lengths, *, cache_dir: str | os.PathLike | No
     unknown = set(build_kwargs) - {"seq_length", "seed", "num_epochs", "num_samples", "add_extra_token"}
     if unknown:
         raise TypeError(f"load_or_build_indices() got unexpected arguments {sorted(unknown)}")
-    params = {"seq_length": build_kwargs.get("seq_length"), "seed": build_kwargs.get("seed"),
-              "num_epochs": build_kwargs.get("num_epochs"), "num_samples": build_kwargs.get("num_samples"),
-              "add_extra_token": bool(build_kwargs.get("add_extra_token", True))}
-    params = {k: (v if v is None or isinstance(v, bool) else _check_int(k, v, -2**63, "")) for k, v in params.items()}
+    params = {name: build_kwargs.get(name) for name in ("seq_length", "seed", "num_epochs", "num_samples")}
+    # As plain ints (numpy ints do not serialise); wrong types and values are refused by build_indices.
+    params = {name: value if value is None else _check_int(name, value, -2**63, "") for name, value in params.items()}
+    params["add_extra_token"] = bool(build_kwargs.get("add_extra_token", True))
     paths = _cache_paths(os.fspath(cache_dir), _cache_key(sizes, identity, params))
     cached = _load_cached(paths, len(sizes))
     if cached is not None:

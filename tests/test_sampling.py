@@ -171,7 +171,8 @@ def test_sample_index_across_chunks(monkeypatch):
     rng.shuffle(document_index)
     for seq_length, extra in ((5, 1), (5, 0), (1, 1), (13, 0)):
         total_tokens = 2 * sum(lengths)
-        index = sampling.build_sample_index(np.array(lengths, np.int32), document_index, seq_length, total_tokens, extra)
+        sizes = np.array(lengths, np.int32)
+        index = sampling.build_sample_index(sizes, document_index, seq_length, total_tokens, extra)
         assert [tuple(r) for r in index.tolist()] == stream_sample_index(document_index, lengths, seq_length, extra)
 
 

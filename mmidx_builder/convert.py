@@ -1,0 +1,724 @@
+"""Text or token lists -> ``.bin``/``.idx``: Megatron's ``tools/preprocess_data.py``, as a library.
+
+The path of one document:
+
+    input file ──reader (this process)──> Batch of raw lines / rows, in input order
+        ──worker process──> JSON parse, key lookup, tokenizer.encode_batch, + EOD
+        ──this process, in submission order──> IndexedFileWriter per JSON key
+
+Outputs are named as preprocess_data names them, ``{prefix}_{key}_document.bin/.idx``, and
+hold what it writes: uint16 ids below 65,500 vocabulary entries else int32 (Megatron's
+``DType.optimal_dtype``), EOD appended to every non-empty document, and a document that
+tokenizes to nothing stored as a document of zero sequences.
+
+Sharding for clusters: the inputs are laid end to end as one byte range, cut into K equal
+parts; shard i converts every unit (a line of an uncompressed file; a whole compressed or
+one-document file; a Parquet row group) whose first byte lies in part i. Units are
+contiguous runs of the document stream, so merging shards 0..K-1 in order gives the bytes
+of a single run. ``hf:`` inputs shard with ``Dataset.shard(contiguous=True)`` instead.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import glob
+import itertools
+import json
+import multiprocessing
+import os
+import time
+from typing import Iterable, Iterator, Sequence
+
+import numpy as np
+
+from .errors import ConvertError, MMIdxError
+from .format import IndexedFile, IndexedFileWriter, split_prefix
+from .tokenize import Tokenizer, load_tokenizer, output_dtype
+
+COMPRESSION_SUFFIXES = (".gz", ".bz2", ".xz", ".lzma", ".zst", ".zstd")
+JSON_SUFFIXES = (".jsonl", ".json", ".ndjson")
+TEXT_SUFFIXES = (".txt", ".text")
+PARQUET_SUFFIXES = (".parquet", ".pq")
+HF_SCHEME = "hf:"
+# A batch ends at whichever comes first; about 1 MiB keeps a worker busy for tens of ms,
+# long enough to pay for the pickling, short enough for an even spread over workers.
+BATCH_RECORDS = 1024
+BATCH_BYTES = 1 << 20
+# Bad records listed in the summary (all are counted).
+BAD_EXAMPLES = 10
+
+
+@dataclasses.dataclass
+class Input:
+    spec: str  # as the user gave it
+    path: str
+    kind: str  # "json", "text", "parquet" or "hf"
+    compressed: bool = False
+    whole: bool = False  # one document per file
+    size: int = 0  # bytes on disk; 0 for hf
+
+
+@dataclasses.dataclass
+class Batch:
+    """Raw records of one source, in order. ``payloads`` is a list of bytes (json, text) or,
+    for ``rows``, a dict of column lists; ``positions`` locate each record in ``unit``s."""
+
+    source: str
+    kind: str  # "json", "text" or "rows"
+    unit: str  # "line", "byte", "row" or "file"
+    positions: list
+    payloads: list | dict
+    input_bytes: int
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    def where(self, k: int) -> str:
+        if self.unit == "file":
+            return self.source
+        return f"{self.source}, {self.unit} {self.positions[k]}"
+
+
+@dataclasses.dataclass
+class BatchResult:
+    tokens: dict  # key -> all documents' tokens, concatenated, EODs included
+    lengths: dict  # key -> tokens per document (0: the document tokenized to nothing)
+    bad: list  # (where, problem) per bad record, in order
+    input_bytes: int
+
+
+@dataclasses.dataclass
+class ConvertSummary:
+    """What :func:`convert` did; ``table()`` is what the CLI prints."""
+
+    outputs: dict  # key -> output prefix
+    tokenizer: str
+    dtype: str
+    documents: int = 0
+    tokens: dict = dataclasses.field(default_factory=dict)  # key -> token count
+    empty_documents: int = 0
+    bad_records: int = 0
+    bad_examples: list = dataclasses.field(default_factory=list)
+    input_bytes: int = 0
+    seconds: float = 0.0
+    workers: int = 1
+    shard: tuple | None = None  # (index, count)
+
+    def table(self) -> str:
+        seconds = max(self.seconds, 1e-9)
+        total_tokens = sum(self.tokens.values())
+        rows = [("tokenizer", self.tokenizer), ("dtype", self.dtype),
+                ("workers", str(self.workers))]
+        if self.shard:
+            rows.append(("shard", f"{self.shard[0]} of {self.shard[1]}"))
+        rows += [("documents", f"{self.documents:,} ({self.empty_documents:,} tokenized to nothing)"),
+                 ("tokens", f"{total_tokens:,}"),
+                 ("bad records", f"{self.bad_records:,} skipped" if self.bad_records else "0"),
+                 ("input", f"{self.input_bytes / 1e6:,.1f} MB"),
+                 ("time", f"{self.seconds:,.1f} s"),
+                 ("speed", f"{self.documents / seconds:,.0f} docs/s, {total_tokens / seconds:,.0f} tokens/s, "
+                           f"{self.input_bytes / 1e6 / seconds:,.1f} MB/s")]
+        rows += [(f"output [{key}]", f"{prefix}.bin/.idx ({self.tokens.get(key, 0):,} tokens)")
+                 for key, prefix in self.outputs.items()]
+        width = max(len(name) for name, _ in rows)
+        lines = [f"{name:<{width}}  {value}" for name, value in rows]
+        lines += [f"  bad: {where}: {problem}" for where, problem in self.bad_examples]
+        return "\n".join(lines)
+
+
+def output_prefix_for(prefix: str, key: str) -> str:
+    """Megatron's name: ``{prefix}_{key}_document`` (level "document"; no sentence splitting)."""
+    return f"{prefix}_{key}_document"
+
+
+# --- inputs ----------------------------------------------------------------------------
+
+def plan_inputs(specs: Sequence[str], *, one_document_per_file: bool = False) -> list[Input]:
+    """Classifies each input (globs expanded, sorted) by its extension."""
+    inputs = []
+    for spec in specs:
+        spec = os.fspath(spec)
+        if spec.startswith(HF_SCHEME):
+            inputs.append(Input(spec, spec[len(HF_SCHEME):], "hf"))
+            continue
+        paths = sorted(glob.glob(spec)) if glob.has_magic(spec) else [spec]
+        if not paths:
+            raise ConvertError(f"{spec}: the pattern matches no file")
+        for path in paths:
+            name = path.lower()
+            compressed = name.endswith(COMPRESSION_SUFFIXES)
+            if compressed:
+                name = os.path.splitext(name)[0]
+            if name.endswith(JSON_SUFFIXES):
+                kind = "json"
+            elif name.endswith(TEXT_SUFFIXES):
+                kind = "text"
+            elif name.endswith(PARQUET_SUFFIXES) and not compressed:
+                kind = "parquet"
+            else:
+                raise ConvertError(f"{path}: cannot tell the input format from the name; expected "
+                                   f"{', '.join(JSON_SUFFIXES + TEXT_SUFFIXES + PARQUET_SUFFIXES)} "
+                                   f"(text and JSON also with {', '.join(COMPRESSION_SUFFIXES)}), "
+                                   f"or hf:NAME_OR_PATH[:SPLIT] for datasets.load_dataset")
+            inputs.append(Input(spec, path, kind, compressed, whole=one_document_per_file and kind == "text"))
+    return inputs
+
+
+class _Shard:
+    """Which units belong to shard ``index`` of ``count`` over ``total`` bytes."""
+
+    def __init__(self, index: int, count: int, total: int):
+        self.index, self.count, self.total = index, count, total
+        self.low = index * total // count
+        self.high = (index + 1) * total // count
+        self.last = index == count - 1
+
+    def owns(self, position: int) -> bool:
+        return self.low <= position and (position < self.high or self.last)
+
+
+class _Reader:
+    """Turns the inputs into Batches, in order, for one shard (or all)."""
+
+    def __init__(self, inputs: list[Input], keys: list[str], *, num_shards: int, shard_index: int,
+                 skip_bad: bool, streaming: bool):
+        self.inputs, self.keys = inputs, keys
+        self.skip_bad, self.streaming = skip_bad, streaming
+        self.bad_files: list[tuple[str, str]] = []
+        self.num_shards, self.shard_index = num_shards, shard_index
+        hf = [i for i in inputs if i.kind == "hf"]
+        if num_shards > 1 and hf and len(inputs) > 1:
+            raise ConvertError("with --num-shards, an hf: input must be the only input "
+                               f"(got {len(inputs)} inputs); convert it in a run of its own")
+        position = 0
+        self.starts = []
+        for item in inputs:
+            if item.kind != "hf":
+                item.size = self._size(item)
+            self.starts.append(position)
+            position += item.size
+        self.shard = _Shard(shard_index, num_shards, position)
+
+    def _size(self, item: Input) -> int:
+        try:
+            return os.path.getsize(item.path)
+        except OSError as error:
+            self._bad_file(item.path, f"cannot read: {error.strerror or error}")
+            return 0
+
+    def _bad_file(self, path: str, problem: str) -> None:
+        if not self.skip_bad:
+            raise ConvertError(f"{path}: {problem}")
+        self.bad_files.append((path, problem))
+
+    def __iter__(self) -> Iterator[Batch]:
+        for item, start in zip(self.inputs, self.starts):
+            if item.path in {path for path, _ in self.bad_files}:
+                continue
+            try:
+                if item.kind == "hf":
+                    yield from self._hf(item)
+                elif item.kind == "parquet":
+                    yield from self._parquet(item, start)
+                elif item.compressed or item.whole:
+                    if self.shard.owns(start):
+                        yield from self._whole_or_compressed(item)
+                else:
+                    yield from self._lines(item, start)
+            except (OSError, EOFError, ValueError) as error:  # unreadable, corrupt archive, bad parquet
+                if isinstance(error, MMIdxError):
+                    raise
+                self._bad_file(item.path, f"cannot read: {error}")
+
+    def _batches(self, source: str, kind: str, unit: str, records: Iterable[tuple[int, bytes]]) -> Iterator[Batch]:
+        positions, payloads, size = [], [], 0
+        for position, payload in records:
+            positions.append(position)
+            payloads.append(payload)
+            size += len(payload)
+            if len(positions) >= BATCH_RECORDS or size >= BATCH_BYTES:
+                yield Batch(source, kind, unit, positions, payloads, size)
+                positions, payloads, size = [], [], 0
+        if positions:
+            yield Batch(source, kind, unit, positions, payloads, size)
+
+    def _lines(self, item: Input, start: int) -> Iterator[Batch]:
+        low = max(self.shard.low - start, 0)
+        high = item.size if self.shard.last else min(self.shard.high - start, item.size)
+        if low >= high:
+            return
+        with open(item.path, "rb", buffering=1 << 20) as f:
+            if low == 0:
+                # From the file's start, lines can be numbered.
+                records = enumerate(iter(f.readline, b""), start=1)
+                unit = "line"
+                if high < item.size:
+                    records = _lines_below(records, high)
+            else:
+                # Mid-file: the line holding byte low-1 belongs to the shard before.
+                f.seek(low - 1)
+                f.readline()
+                records = _lines_from(f, f.tell(), high)
+                unit = "byte"
+            yield from self._batches(item.path, item.kind, unit, records)
+
+    def _whole_or_compressed(self, item: Input) -> Iterator[Batch]:
+        if item.compressed:
+            import fsspec  # a dependency of datasets; opens .gz/.bz2/.xz (and .zst with zstandard)
+
+            try:
+                opened = fsspec.open(item.path, "rb", compression="infer").open()
+            except (ValueError, ImportError) as error:
+                raise ConvertError(f"{item.path}: cannot decompress ({error}); "
+                                   "for .zst install the 'zstandard' package") from None
+        else:
+            opened = open(item.path, "rb")
+        with opened as f:
+            if item.whole:
+                yield Batch(item.path, "text", "file", [0], [f.read()], item.size)
+                return
+            for batch in self._batches(item.path, item.kind, "line", enumerate(iter(f.readline, b""), start=1)):
+                batch.input_bytes = 0  # the meter counts compressed bytes, once the file is read
+                yield batch
+        yield Batch(item.path, item.kind, "line", [], [], item.size)
+
+    def _parquet(self, item: Input, start: int) -> Iterator[Batch]:
+        import pyarrow.parquet as pq
+
+        parquet = pq.ParquetFile(item.path)
+        missing = [key for key in self.keys if key not in parquet.schema_arrow.names]
+        if missing:
+            self._bad_file(item.path, f"no column {missing[0]!r}; the columns are {parquet.schema_arrow.names}")
+            return
+        metadata = parquet.metadata
+        groups = metadata.num_row_groups
+        first_row = 0
+        for group in range(groups):
+            rows = metadata.row_group(group).num_rows
+            # A row group's place in the byte range: evenly spread over the file, so that
+            # every group has one owner and groups keep their order.
+            if self.shard.owns(start + group * item.size // max(groups, 1)):
+                position = first_row
+                size = sum(metadata.row_group(group).column(c).total_compressed_size
+                           for c in range(metadata.num_columns))
+                for table in parquet.iter_batches(batch_size=BATCH_RECORDS, row_groups=[group], columns=self.keys):
+                    columns = {key: table.column(key).to_pylist() for key in self.keys}
+                    n = table.num_rows
+                    share = size * n // max(rows, 1)
+                    yield Batch(item.path, "rows", "row", list(range(position, position + n)), columns, share)
+                    position += n
+            first_row += rows
+
+    def _hf(self, item: Input) -> Iterator[Batch]:
+        try:
+            import datasets
+        except ImportError as error:  # pragma: no cover - datasets is a dependency
+            raise ConvertError(f"{item.spec}: hf: inputs need the datasets package ({error})") from None
+        name, _, split = item.path.partition(":")
+        split = split or "train"
+        try:
+            dataset = datasets.load_dataset(name, split=split, streaming=self.streaming)
+        except Exception as error:  # load_dataset raises many kinds; all mean "cannot open"
+            raise ConvertError(f"{item.spec}: datasets.load_dataset({name!r}, split={split!r}) failed: "
+                               f"{type(error).__name__}: {error}") from None
+        if self.num_shards > 1:
+            try:
+                dataset = dataset.shard(self.num_shards, self.shard_index, contiguous=True)
+            except (ValueError, IndexError) as error:
+                raise ConvertError(f"{item.spec}: cannot cut into {self.num_shards} shards: {error}") from None
+        columns = dataset.column_names or []
+        missing = [key for key in self.keys if columns and key not in columns]
+        if missing:
+            raise ConvertError(f"{item.spec}: no column {missing[0]!r}; the columns are {columns}")
+        source = item.spec + (f" (shard {self.shard_index} of {self.num_shards})" if self.num_shards > 1 else "")
+        position = 0
+        for table in dataset.select_columns(self.keys).iter(batch_size=BATCH_RECORDS):
+            n = len(table[self.keys[0]])
+            yield Batch(source, "rows", "row", list(range(position, position + n)),
+                        {key: table[key] for key in self.keys}, 0)
+            position += n
+
+
+def _lines_below(records, high: int):
+    position = 0
+    for number, line in records:
+        if position >= high:
+            return
+        yield number, line
+        position += len(line)
+
+
+def _lines_from(f, position: int, high: int):
+    while position < high:
+        line = f.readline()
+        if not line:
+            return
+        yield position, line
+        position += len(line)
+
+
+# --- workers ---------------------------------------------------------------------------
+
+_STATE: dict = {}
+
+
+def _init_worker(tokenizer: Tokenizer, keys: list[str], append_eod: bool, dtype: np.dtype) -> None:
+    _STATE.update(tokenizer=tokenizer, keys=keys, append_eod=append_eod, dtype=dtype)
+
+
+def _values(batch: Batch, keys: list[str], bad: list) -> tuple[list[int], dict]:
+    """The good records' values per key; bad ones are appended to ``bad``."""
+    good, values = [], {key: [] for key in keys}
+    if batch.kind == "rows":
+        for k in range(len(batch)):
+            record = {key: batch.payloads[key][k] for key in keys}
+            good.append((k, record))
+    elif batch.kind == "text":
+        for k, payload in enumerate(batch.payloads):
+            if batch.unit != "file":
+                payload = payload[:-1] if payload.endswith(b"\n") else payload
+                payload = payload[:-1] if payload.endswith(b"\r") else payload
+            try:
+                good.append((k, {keys[0]: payload.decode("utf-8")}))
+            except UnicodeDecodeError as error:
+                bad.append((batch.where(k), f"not UTF-8 text ({error.reason} at byte {error.start})"))
+    else:
+        for k, payload in enumerate(batch.payloads):
+            try:
+                record = json.loads(payload)
+            except ValueError as error:  # JSONDecodeError and UnicodeDecodeError
+                shown = payload[:60].decode("utf-8", "replace").rstrip("\n")
+                bad.append((batch.where(k), f"expected a JSON object, found {shown!r} ({error})"))
+                continue
+            if not isinstance(record, dict):
+                bad.append((batch.where(k), f"expected a JSON object, found a {type(record).__name__}"))
+                continue
+            good.append((k, record))
+    kept = []
+    for k, record in good:
+        problem = _check_record(record, keys)
+        if problem:
+            bad.append((batch.where(k), problem))
+            continue
+        kept.append(k)
+        for key in keys:
+            values[key].append(record[key])
+    return kept, values
+
+
+def _check_record(record: dict, keys: list[str]) -> str | None:
+    tokenizer = _STATE["tokenizer"]
+    for key in keys:
+        if key not in record:
+            return f"no key {key!r} (keys: {sorted(record)[:10]})"
+        value = record[key]
+        if tokenizer.pretokenized:
+            problem = _check_token_list(value, tokenizer.vocab_size)
+            if problem:
+                return f"{key!r}: {problem}"
+        elif not isinstance(value, str):
+            return f"{key!r}: expected a string, found {type(value).__name__} {str(value)[:40]!r}"
+    return None
+
+
+def _check_token_list(value, vocab_size: int) -> str | None:
+    if not isinstance(value, (list, tuple, np.ndarray)):
+        return f"expected a list of token ids, found {type(value).__name__}"
+    if len(value) == 0:
+        return None
+    ids = np.asarray(value)
+    if ids.ndim != 1 or ids.dtype.kind not in "iu":
+        return f"expected a flat list of integer token ids, found {str(value)[:40]!r}"
+    low, high = int(ids.min()), int(ids.max())
+    if low < 0 or high >= vocab_size:
+        return f"token ids must lie in [0, {vocab_size}) (--vocab-size), found {low}..{high}"
+    return None
+
+
+def _tokenize_batch(batch: Batch) -> BatchResult:
+    tokenizer, keys = _STATE["tokenizer"], _STATE["keys"]
+    append_eod, dtype = _STATE["append_eod"], _STATE["dtype"]
+    bad: list = []
+    _, values = _values(batch, keys, bad)
+    tokens, lengths = {}, {}
+    for key in keys:
+        texts = values[key]
+        encoded = texts if tokenizer.pretokenized else (tokenizer.encode_batch(texts) if texts else [])
+        tokens[key], lengths[key] = _flatten(encoded, tokenizer.eod_id if append_eod else None, dtype)
+    return BatchResult(tokens, lengths, bad, batch.input_bytes)
+
+
+def _flatten(encoded: list, eod: int | None, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+    """Documents' ids back to back, EOD after each non-empty one (as preprocess_data does)."""
+    lengths = np.fromiter((len(ids) for ids in encoded), np.int64, count=len(encoded))
+    eods = (lengths > 0) if eod is not None else np.zeros(len(encoded), bool)
+    total_lengths = lengths + eods
+    total = int(total_lengths.sum())
+    if encoded and isinstance(encoded[0], np.ndarray):
+        parts = []
+        tail = np.array([eod if eod is not None else 0], dtype)
+        for ids, has_eod in zip(encoded, eods.tolist()):
+            parts.append(ids)
+            if has_eod:
+                parts.append(tail)
+        flat = np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(0, dtype)
+    elif eod is None:
+        flat = np.fromiter(itertools.chain.from_iterable(encoded), dtype, count=total)
+    else:
+        tail = (eod,)
+        flat = np.fromiter(itertools.chain.from_iterable(
+            itertools.chain.from_iterable((ids, tail) if len(ids) else (ids,) for ids in encoded)),
+            dtype, count=total)
+    return flat, total_lengths
+
+
+def _ordered_results(pool, batches: Iterable[Batch], in_flight: int) -> Iterator[BatchResult]:
+    """Pool results in submission order, with at most ``in_flight`` batches read ahead
+    (``Pool.imap`` would read the whole input into memory ahead of the workers)."""
+    pending: collections.deque = collections.deque()
+    for batch in batches:
+        pending.append(pool.apply_async(_tokenize_batch, (batch,)))
+        if len(pending) >= in_flight:
+            yield pending.popleft().get()
+    while pending:
+        yield pending.popleft().get()
+
+
+@contextlib.contextmanager
+def _worker_pool(workers: int, initargs: tuple):
+    # Each worker runs its tokenizer single-threaded: N processes on N cores, not N x N threads.
+    # Set before the fork, so that tokenizers also skips its "forked after parallelism" warning.
+    saved = os.environ.get("TOKENIZERS_PARALLELISM")
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    try:
+        context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods()
+                                              else "spawn")
+        pool = context.Pool(workers, initializer=_init_worker, initargs=initargs)
+    finally:
+        if saved is None:
+            os.environ.pop("TOKENIZERS_PARALLELISM", None)
+        else:
+            os.environ["TOKENIZERS_PARALLELISM"] = saved
+    try:
+        yield pool
+        pool.close()
+    finally:
+        pool.terminate()
+        pool.join()
+
+
+# --- convert ---------------------------------------------------------------------------
+
+def convert(inputs: Sequence[str] | str, output_prefix: str, tokenizer: str | Tokenizer = "bytes", *,
+            json_keys: Sequence[str] = ("text",), append_eod: bool = False, eod_id: int | None = None,
+            vocab_size: int | None = None, workers: int = 1, num_shards: int = 1, shard_index: int = 0,
+            one_document_per_file: bool = False, streaming: bool = False, skip_bad_records: bool = False,
+            overwrite: bool = False, progress: bool = False) -> ConvertSummary:
+    """Tokenizes ``inputs`` into ``{output_prefix}_{key}_document.bin/.idx`` per JSON key.
+
+    ``tokenizer`` is ``"bytes"``, ``"none"`` (records hold token-id lists; give
+    ``vocab_size``), a ``tokenizer.json`` or a sentencepiece ``.model``. Documents keep
+    input order for any ``workers``. ``num_shards``/``shard_index`` convert one contiguous
+    slice; :func:`merge` of all slices in order equals a single run. Raises
+    :class:`ConvertError` on the first bad record (file and line) unless
+    ``skip_bad_records``; nothing is left at the output names on failure.
+    """
+    started = time.perf_counter()
+    if isinstance(inputs, (str, os.PathLike)):
+        inputs = [inputs]
+    keys = list(json_keys)
+    if not keys or len(set(keys)) != len(keys):
+        raise ConvertError(f"json_keys must be distinct and at least one, got {keys}")
+    if not inputs:
+        raise ConvertError("no input given")
+    if num_shards < 1 or not 0 <= shard_index < num_shards:
+        raise ConvertError(f"--shard-index must lie in [0, --num-shards) = [0, {num_shards}), got {shard_index}")
+    if workers < 1:
+        raise ConvertError(f"--workers must be at least 1, got {workers}")
+    planned = plan_inputs(inputs, one_document_per_file=one_document_per_file)
+    if any(item.kind == "text" for item in planned) and len(keys) > 1:
+        raise ConvertError(f"text inputs have one field; give one JSON key, not {keys}")
+    tok = load_tokenizer(tokenizer, eod_id=eod_id, vocab_size=vocab_size)
+    if append_eod and tok.eod_id is None:
+        raise ConvertError(f"tokenizer {tok.name!r} has no end-of-document token; pass --eod-id")
+    dtype = output_dtype(tok.vocab_size)
+
+    outputs = {key: output_prefix_for(split_prefix(output_prefix), key) for key in keys}
+    if not overwrite:
+        for prefix in outputs.values():
+            for path in (prefix + ".bin", prefix + ".idx"):
+                if os.path.exists(path):
+                    raise ConvertError(f"{path} exists; pass --overwrite to replace it")
+
+    reader = _Reader(planned, keys, num_shards=num_shards, shard_index=shard_index,
+                     skip_bad=skip_bad_records, streaming=streaming)
+    summary = ConvertSummary(outputs=outputs, tokenizer=tok.name, dtype=dtype.name, workers=workers,
+                             shard=(shard_index, num_shards) if num_shards > 1 else None,
+                             tokens={key: 0 for key in keys})
+    writers = {}
+    try:
+        for key, prefix in outputs.items():
+            writers[key] = IndexedFileWriter(prefix, dtype=dtype)
+        initargs = (tok, keys, append_eod, dtype)
+        with contextlib.ExitStack() as stack:
+            if workers == 1:
+                _init_worker(*initargs)
+                results = map(_tokenize_batch, reader)
+            else:
+                pool = stack.enter_context(_worker_pool(workers, initargs))
+                results = _ordered_results(pool, reader, in_flight=3 * workers)
+            meter = stack.enter_context(_Meter(progress))
+            for result in results:
+                _write(result, writers, summary, skip_bad_records)
+                meter.update(summary, started)
+        summary.bad_records += len(reader.bad_files)
+        for where, problem in reader.bad_files:
+            if len(summary.bad_examples) < BAD_EXAMPLES:
+                summary.bad_examples.append((where, problem))
+        for writer in writers.values():
+            writer.close()
+    except BaseException:
+        for writer in writers.values():
+            writer.abort()
+        raise
+    summary.seconds = time.perf_counter() - started
+    return summary
+
+
+def _write(result: BatchResult, writers: dict, summary: ConvertSummary, skip_bad: bool) -> None:
+    if result.bad:
+        if not skip_bad:
+            where, problem = result.bad[0]
+            raise ConvertError(f"{where}: {problem} (pass --skip-bad-records to skip such records)")
+        summary.bad_records += len(result.bad)
+        room = BAD_EXAMPLES - len(summary.bad_examples)
+        summary.bad_examples.extend(result.bad[:max(room, 0)])
+    for key, writer in writers.items():
+        tokens, lengths = result.tokens[key], result.lengths[key]
+        offset = 0
+        for length in lengths.tolist():
+            # A document that tokenized to nothing is a document of no sequence, as in Megatron.
+            writer.add_document(tokens[offset:offset + length], sequence_lengths=[length] if length else [])
+            offset += length
+        summary.tokens[key] += offset
+    first = next(iter(result.lengths.values()))
+    summary.documents += len(first)
+    summary.empty_documents += int((first == 0).sum())
+    summary.input_bytes += result.input_bytes
+
+
+class _Meter:
+    """A tqdm bar of documents, with tokens/s and input MB/s beside it."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self.bar = None
+        self.shown = 0
+        self.refreshed = 0.0
+
+    def __enter__(self):
+        if self.enabled:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(unit=" docs", desc="convert", dynamic_ncols=True)
+        return self
+
+    def update(self, summary: ConvertSummary, started: float) -> None:
+        if self.bar is None:
+            return
+        self.bar.update(summary.documents - self.shown)
+        self.shown = summary.documents
+        now = time.perf_counter()
+        if now - self.refreshed > 0.5:
+            self.refreshed = now
+            seconds = max(now - started, 1e-9)
+            self.bar.set_postfix_str(f"{sum(summary.tokens.values()) / seconds:,.0f} tok/s, "
+                                     f"{summary.input_bytes / 1e6 / seconds:,.1f} MB/s", refresh=False)
+
+    def __exit__(self, *exc):
+        if self.bar is not None:
+            self.bar.close()
+
+
+# --- merge -----------------------------------------------------------------------------
+
+def merge(prefixes: Sequence[str], output_prefix: str, *, overwrite: bool = False) -> str:
+    """Joins pairs in the given order into one (Megatron's ``merge_datasets``); returns the prefix.
+
+    Merging the shard outputs of :func:`convert` in shard order gives the bytes of a single run.
+    """
+    if not prefixes:
+        raise ConvertError("merge needs at least one input prefix")
+    output_prefix = split_prefix(output_prefix)
+    sources = [IndexedFile.open(p) for p in prefixes]
+    for source in sources:
+        if os.path.abspath(source.prefix) == os.path.abspath(output_prefix):
+            raise ConvertError(f"{output_prefix}: the output is also an input; choose another --output-prefix")
+    dtypes = {source.dtype for source in sources}
+    if len(dtypes) > 1:
+        found = ", ".join(f"{s.bin_path}: {s.dtype.name}" for s in sources)
+        raise ConvertError(f"pairs to merge must share a dtype (one tokenizer), found {found}")
+    if not overwrite:
+        for path in (output_prefix + ".bin", output_prefix + ".idx"):
+            if os.path.exists(path):
+                raise ConvertError(f"{path} exists; pass --overwrite to replace it")
+    with IndexedFileWriter(output_prefix, dtype=sources[0].dtype) as writer:
+        for source in sources:
+            writer.add_file(source.prefix)
+    return output_prefix
+
+
+# --- CLI -------------------------------------------------------------------------------
+
+def add_commands(commands) -> None:
+    """``mmidx convert`` and ``mmidx merge``."""
+    p = commands.add_parser("convert", help="tokenize text (JSON lines, Parquet, text, hf:) into .bin/.idx",
+                            description="Megatron's preprocess_data.py: writes PREFIX_KEY_document.bin/.idx "
+                                        "per JSON key.")
+    p.add_argument("inputs", nargs="+", metavar="INPUT",
+                   help="*.jsonl/.json[.gz|.bz2|.xz|.zst], *.parquet, *.txt, or hf:NAME_OR_PATH[:SPLIT]")
+    p.add_argument("--output-prefix", required=True, metavar="PREFIX")
+    p.add_argument("--tokenizer", required=True, metavar="T",
+                   help="tokenizer.json (or its folder), a sentencepiece .model, 'bytes', or 'none' "
+                        "(inputs hold token-id lists)")
+    p.add_argument("--json-keys", nargs="+", default=["text"], metavar="KEY", help="default: text")
+    p.add_argument("--append-eod", action="store_true", help="end every non-empty document with the EOD id")
+    p.add_argument("--eod-id", type=int, help="overrides the tokenizer's end-of-document id")
+    p.add_argument("--vocab-size", type=int, help="for --tokenizer none: sets the dtype (uint16 below 65500)")
+    p.add_argument("--workers", type=int, default=1, help="tokenizing processes (default 1)")
+    p.add_argument("--num-shards", type=int, default=1, metavar="K", help="cut the input into K slices ...")
+    p.add_argument("--shard-index", type=int, default=0, metavar="I", help="... and convert slice I")
+    p.add_argument("--one-document-per-file", action="store_true", help=".txt: a whole file is one document")
+    p.add_argument("--streaming", action="store_true", help="hf: inputs: load_dataset(streaming=True)")
+    p.add_argument("--skip-bad-records", action="store_true", help="count and report bad records, do not stop")
+    p.add_argument("--overwrite", action="store_true", help="replace existing outputs")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(run=_run_convert)
+
+    p = commands.add_parser("merge", help="join .bin/.idx pairs in order (Megatron's merge_datasets)")
+    p.add_argument("prefixes", nargs="+", metavar="PREFIX", help="pairs to join, in this order")
+    p.add_argument("--output-prefix", required=True, metavar="P")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing output")
+    p.set_defaults(run=_run_merge)
+
+
+def _run_convert(args) -> None:
+    summary = convert(args.inputs, args.output_prefix, args.tokenizer, json_keys=args.json_keys,
+                      append_eod=args.append_eod, eod_id=args.eod_id, vocab_size=args.vocab_size,
+                      workers=args.workers, num_shards=args.num_shards, shard_index=args.shard_index,
+                      one_document_per_file=args.one_document_per_file, streaming=args.streaming,
+                      skip_bad_records=args.skip_bad_records, overwrite=args.overwrite,
+                      progress=not args.no_progress)
+    print(summary.table())
+
+
+def _run_merge(args) -> None:
+    prefix = merge(args.prefixes, args.output_prefix, overwrite=args.overwrite)
+    merged = IndexedFile.open(prefix)
+    print(f"wrote {prefix}.bin/.idx: {merged.num_documents:,} documents, {merged.num_tokens:,} tokens "
+          f"from {len(args.prefixes)} pair(s)")
+
+
+__all__ = ["ConvertSummary", "Input", "convert", "merge", "output_prefix_for", "plan_inputs", "add_commands"]

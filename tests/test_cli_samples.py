@@ -1,0 +1,91 @@
+"""`mmidx samples`: what training will see, printed or as JSON."""
+
+import json
+
+import numpy as np
+import pytest
+
+from mmidx_builder import sampling
+from mmidx_builder.cli import main
+from mmidx_builder.format import IndexedFileWriter
+
+LENGTHS = [5, 0, 61, 1, 17, 0, 9]  # an empty sequence, one longer than seq_length, a partial tail
+
+
+@pytest.fixture
+def prefix(tmp_path):
+    path = str(tmp_path / "data")
+    with IndexedFileWriter(path, dtype=np.uint16) as writer:
+        for i, n in enumerate(LENGTHS):
+            writer.add_document(np.arange(n) + 100 * i)
+    return path
+
+
+def run_json(capsys, *argv):
+    assert main(["samples", *argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_json_is_the_whole_story(prefix, capsys):
+    out = run_json(capsys, prefix, "--seq-length", "8", "--num-samples", "20", "--seed", "5", "--first", "4")
+    indices = sampling.build_indices(np.array(LENGTHS, np.int32), seq_length=8, seed=5, num_samples=20)
+    assert out["num_epochs"] == indices.num_epochs == 2
+    assert out["num_samples"] == 20 and out["separate_final_epoch"] == indices.separate_final_epoch
+    assert out["document_index"] == indices.document_index.tolist()
+    assert out["sample_index"] == indices.sample_index.tolist()
+    assert out["shuffle_index"] == indices.shuffle_index.tolist()
+    # Each printed sample is 9 tokens of the epoch-ordered stream at shuffle_index[i] * 8.
+    stream = np.concatenate([np.arange(LENGTHS[s]) + 100 * s for s in out["document_index"]])
+    assert len(out["samples"]) == 4
+    for i, sample in enumerate(out["samples"]):
+        j = out["shuffle_index"][i]
+        assert sample == stream[j * 8: j * 8 + 9].tolist()
+
+
+def test_no_extra_token_and_whole_epochs(prefix, capsys):
+    out = run_json(capsys, prefix, "--seq-length", "8", "--num-epochs", "3", "--no-extra-token", "--first", "100")
+    assert out["num_epochs"] == 3 and out["num_samples"] == 3 * sum(LENGTHS) // 8
+    assert not out["separate_final_epoch"]
+    assert len(out["samples"]) == out["num_samples"] and {len(s) for s in out["samples"]} == {8}
+
+
+def test_text_output(prefix, capsys):
+    assert main(["samples", prefix, "--seq-length", "16", "--first", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    total = (sum(LENGTHS) - 1) // 16
+    assert lines[0].split() == ["epochs", "1"]
+    assert lines[1].startswith("samples") and f"{total:,}" in lines[1]
+    assert "17 tokens" in lines[2] and lines[3].split()[-1] == "no"
+    assert [len(line.split("\t")[1].split()) for line in lines[4:]] == [17, 17]
+
+
+def test_save_indices(prefix, capsys, tmp_path):
+    out_dir = tmp_path / "indices"
+    out = run_json(capsys, prefix, "--seq-length", "8", "--num-samples", "20", "--save-indices", str(out_dir))
+    for name in ("document_index", "sample_index", "shuffle_index"):
+        assert np.load(out_dir / f"{name}.npy", allow_pickle=False).tolist() == out[name]
+    assert json.loads((out_dir / "meta.json").read_text())["num_samples"] == 20
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--seq-length", "0"], "seq_length"),
+    (["--seq-length", "500"], "lower seq_length"),
+    (["--seq-length", "8", "--seed", "-3"], "seed"),
+    (["--seq-length", "8", "--num-samples", "0"], "num_samples"),
+    (["--seq-length", "8", "--first", "-1"], "--first"),
+])
+def test_bad_parameters_are_one_line(prefix, capsys, argv, words):
+    assert main(["samples", prefix, *argv]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("mmidx samples: error:") and words in err and len(err.strip().splitlines()) == 1
+
+
+def test_epochs_and_samples_exclude_each_other(prefix):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["samples", prefix, "--seq-length", "8", "--num-epochs", "2", "--num-samples", "3"])
+    assert exit_info.value.code == 2
+
+
+def test_missing_file_is_one_line(tmp_path, capsys):
+    assert main(["samples", str(tmp_path / "nothing"), "--seq-length", "8"]) == 1
+    assert "nothing" in capsys.readouterr().err
