@@ -23,9 +23,12 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import bz2
 import glob
+import gzip
 import itertools
 import json
+import lzma
 import multiprocessing
 import os
 import time
@@ -265,16 +268,7 @@ class _Reader:
             yield from self._batches(item.path, item.kind, unit, records)
 
     def _whole_or_compressed(self, item: Input) -> Iterator[Batch]:
-        if item.compressed:
-            import fsspec  # a dependency of datasets; opens .gz/.bz2/.xz (and .zst with zstandard)
-
-            try:
-                opened = fsspec.open(item.path, "rb", compression="infer").open()
-            except (ValueError, ImportError) as error:
-                raise ConvertError(f"{item.path}: cannot decompress ({error}); "
-                                   "for .zst install the 'zstandard' package") from None
-        else:
-            opened = open(item.path, "rb")
+        opened = _open_compressed(item.path) if item.compressed else open(item.path, "rb")
         with opened as f:
             if item.whole:
                 yield Batch(item.path, "text", "file", [0], [f.read()], item.size)
@@ -339,6 +333,22 @@ class _Reader:
             yield Batch(source, "rows", "row", list(range(position, position + n)),
                         {key: table[key] for key in self.keys}, 0)
             position += n
+
+
+def _open_compressed(path: str):
+    suffix = os.path.splitext(path.lower())[1]
+    if suffix == ".gz":
+        return gzip.open(path, "rb")
+    if suffix == ".bz2":
+        return bz2.open(path, "rb")
+    if suffix in (".xz", ".lzma"):
+        return lzma.open(path, "rb")
+    try:
+        import zstandard  # optional: not a dependency of this package
+    except ImportError:
+        raise ConvertError(f"{path}: reading {suffix} files needs the 'zstandard' package "
+                           "(pip install zstandard), or decompress the file first") from None
+    return zstandard.open(path, "rb")
 
 
 def _lines_below(records, high: int):

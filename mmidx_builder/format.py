@@ -452,26 +452,9 @@ class IndexedFile:
 
         One vectorised bounds check, then one gather; never reads outside a sequence.
         """
-        sequence_ids, offsets, lengths = _piece_arrays(sequence_ids, offsets, lengths)
-        if len(sequence_ids):
-            bad = ((sequence_ids < 0) | (sequence_ids >= self.num_sequences))
-            if bad.any():
-                k = _first_bad(bad)
-                raise ParameterError(f"{self.idx_path}: sequence id {int(sequence_ids[k])} out of range "
-                                     f"[0, {self.num_sequences})")
-            # `offsets > length - lengths`, not `offsets + lengths > length`: the sum of two
-            # huge requests wraps around in int64 and would pass.
-            bad = (offsets < 0) | (lengths < 0) | (offsets > self.sequence_lengths[sequence_ids] - lengths)
-            if bad.any():
-                k = _first_bad(bad)
-                raise ParameterError(f"{self.idx_path}: piece {k} asks for tokens [{int(offsets[k])}, "
-                                     f"{int(offsets[k]) + int(lengths[k])}) of sequence {int(sequence_ids[k])}, "
-                                     f"which has {int(self.sequence_lengths[sequence_ids[k]])}")
-        total = int(lengths.sum())
-        if out is None:
-            out = np.empty(total, self.dtype)
-        elif out.shape != (total,):
-            raise ParameterError(f"out has shape {out.shape}, expected ({total},)")
+        sequence_ids, offsets, lengths, out = check_pieces(
+            self.sequence_lengths, sequence_ids, offsets, lengths, out, self.dtype,
+            lambda k: f"sequence {k} of {self.idx_path}")
         self._bin.gather(self.sequence_starts[sequence_ids] + offsets, lengths, out)
         return out
 
@@ -480,12 +463,35 @@ class IndexedFile:
                 f"sequences={self.num_sequences}, documents={self.num_documents}, tokens={self.num_tokens})")
 
 
-def _piece_arrays(sequence_ids, offsets, lengths) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    arrays = tuple(np.asarray(a, np.int64) for a in (sequence_ids, offsets, lengths))
-    if any(a.ndim != 1 for a in arrays) or len({len(a) for a in arrays}) != 1:
+def check_pieces(sequence_lengths: np.ndarray, sequence_ids, offsets, lengths, out: np.ndarray | None,
+                 dtype: np.dtype, name) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Validates a ``read_pieces`` request against ``sequence_lengths`` in one vectorised pass
+    and returns it as int64 arrays, with ``out`` (allocated when None). Every token source
+    (``.bin`` pairs, their concatenation, raw files) checks requests here, so none can read
+    outside a sequence. ``name(k)`` names sequence ``k`` in messages."""
+    sequence_ids, offsets, lengths = (np.asarray(a, np.int64) for a in (sequence_ids, offsets, lengths))
+    if any(a.ndim != 1 for a in (sequence_ids, offsets, lengths)) or not len(sequence_ids) == len(offsets) == len(lengths):
         raise ParameterError("sequence_ids, offsets and lengths must be 1-D arrays of one length, got shapes "
-                             + ", ".join(str(a.shape) for a in arrays))
-    return arrays
+                             f"{sequence_ids.shape}, {offsets.shape}, {lengths.shape}")
+    if len(sequence_ids):
+        bad = (sequence_ids < 0) | (sequence_ids >= len(sequence_lengths))
+        if bad.any():
+            k = _first_bad(bad)
+            raise ParameterError(f"sequence id {int(sequence_ids[k])} out of range [0, {len(sequence_lengths)})")
+        # `offsets > length - lengths`, not `offsets + lengths > length`: the sum of two
+        # huge requests wraps around in int64 and would pass.
+        bad = (offsets < 0) | (lengths < 0) | (offsets > sequence_lengths[sequence_ids] - lengths)
+        if bad.any():
+            k = _first_bad(bad)
+            raise ParameterError(f"piece {k} asks for tokens [{int(offsets[k])}, {int(offsets[k]) + int(lengths[k])}) "
+                                 f"of {name(int(sequence_ids[k]))}, which has "
+                                 f"{int(sequence_lengths[sequence_ids[k]])}")
+    total = int(lengths.sum())
+    if out is None:
+        out = np.empty(total, dtype)
+    elif out.shape != (total,):
+        raise ParameterError(f"out has shape {out.shape}, expected ({total},)")
+    return sequence_ids, offsets, lengths, out
 
 
 def _check_index(i: int, count: int, what: str, path: str) -> int:
@@ -575,7 +581,18 @@ class IndexedFileWriter:
             shutil.copyfileobj(f, self._bin)
 
     def _as_tokens(self, tokens) -> np.ndarray:
+        if not isinstance(tokens, np.ndarray) and self.dtype.kind in "iu":
+            # Straight to the file's dtype: np.asarray on a list of Python ints above 2**63
+            # would pick float64 and lose the low bits without a word.
+            try:
+                tokens = np.asarray(tokens, dtype=self.dtype)
+            except (OverflowError, ValueError, TypeError) as error:
+                raise ParameterError(f"token ids do not fit {self.dtype.name} ({error}); "
+                                     "give a larger dtype or the real vocab_size") from None
         data = np.asarray(tokens)
+        if data.dtype.kind == "f" and self.dtype.kind in "iu" and data.size and not np.array_equal(data, np.trunc(data)):
+            raise ParameterError(f"token ids must be whole numbers to be written as {self.dtype.name}, "
+                                 f"found {data[data != np.trunc(data)][0]}")
         if data.ndim != 1:
             raise ParameterError(f"a sequence must be 1-D, got shape {data.shape}")
         if data.size and data.dtype.kind in "iu" and self.dtype.kind in "iu":
@@ -674,20 +691,9 @@ class ConcatenatedFiles:
     def read_pieces(self, sequence_ids, offsets, lengths, out: np.ndarray | None = None) -> np.ndarray:
         if len(self.files) == 1:
             return self.files[0].read_pieces(sequence_ids, offsets, lengths, out)
-        sequence_ids, offsets, lengths = _piece_arrays(sequence_ids, offsets, lengths)
-        if len(sequence_ids) and (sequence_ids.min() < 0 or sequence_ids.max() >= self.num_sequences):
-            raise ParameterError(f"sequence ids must lie in [0, {self.num_sequences})")
-        bad = (offsets < 0) | (lengths < 0) | (offsets > self.sequence_lengths[sequence_ids] - lengths)
-        if bad.any():
-            k = _first_bad(bad)
-            raise ParameterError(f"piece {k} asks for tokens [{int(offsets[k])}, {int(offsets[k]) + int(lengths[k])}) "
-                                 f"of sequence {int(sequence_ids[k])}, which has "
-                                 f"{int(self.sequence_lengths[sequence_ids[k]])}")
-        total = int(lengths.sum())
-        if out is None:
-            out = np.empty(total, self.dtype)
-        elif out.shape != (total,):
-            raise ParameterError(f"out has shape {out.shape}, expected ({total},)")
+        sequence_ids, offsets, lengths, out = check_pieces(
+            self.sequence_lengths, sequence_ids, offsets, lengths, out, self.dtype,
+            lambda k: f"sequence {k} of the split (files {[f.idx_path for f in self.files]})")
         file_of = np.searchsorted(self.first_sequence, sequence_ids, side="right") - 1
         ends = np.cumsum(lengths)
         begins = ends - lengths

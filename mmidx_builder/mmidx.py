@@ -308,7 +308,12 @@ def diff_table(raw: RawFiles, chunks: DiffChunks, rows: np.ndarray, plan: SplitP
 def _one_ahead(make, batches):
     """Yields ``(key, make(rows))`` while the next table is being made in a worker thread,
     so gathering tokens overlaps with what the caller does with the table (datasets writing
-    it to the Arrow cache). numpy's copies and file I/O release the GIL."""
+    it to the Arrow cache). numpy's copies and file I/O release the GIL. Streaming asks for
+    one shard (often one table) at a time: nothing to overlap then, and a thread only costs."""
+    if len(batches) < 2:
+        for key, rows in batches:
+            yield key, make(rows)
+        return
     with ThreadPoolExecutor(max_workers=1) as pool:
         pending = None
         for key, rows in batches:

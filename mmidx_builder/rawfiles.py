@@ -45,6 +45,7 @@ import numpy as np
 import pyarrow as pa
 
 from .errors import FormatError, ParameterError
+from .format import check_pieces
 
 N_BYTES_CHOICES = (1, 2, 3, 4)
 
@@ -268,28 +269,9 @@ class RawFiles:
 
         Same contract as :meth:`mmidx_builder.format.IndexedFile.read_pieces`.
         """
-        sequence_ids = np.asarray(sequence_ids, np.int64).reshape(-1)
-        offsets = np.asarray(offsets, np.int64).reshape(-1)
-        lengths = np.asarray(lengths, np.int64).reshape(-1)
-        if not len(sequence_ids) == len(offsets) == len(lengths):
-            raise ParameterError(f"sequence_ids, offsets and lengths differ in length: "
-                                 f"{len(sequence_ids)}, {len(offsets)}, {len(lengths)}")
-        if len(sequence_ids):
-            bad = (sequence_ids < 0) | (sequence_ids >= self.num_sequences)
-            if bad.any():
-                k = int(np.flatnonzero(bad)[0])
-                raise ParameterError(f"file id {int(sequence_ids[k])} out of range [0, {self.num_sequences})")
-            bad = (offsets < 0) | (lengths < 0) | (offsets + lengths > self.sequence_lengths[sequence_ids])
-            if bad.any():
-                k = int(np.flatnonzero(bad)[0])
-                f = int(sequence_ids[k])
-                raise ParameterError(f"piece {k} asks for tokens [{int(offsets[k])}, {int(offsets[k] + lengths[k])}) "
-                                     f"of {self.paths[f]}, which has {int(self.sequence_lengths[f])} (EOF included)")
-        total = int(lengths.sum())
-        if out is None:
-            out = np.empty(total, self.dtype)
-        elif out.shape != (total,):
-            raise ParameterError(f"out has shape {out.shape}, expected ({total},)")
+        sequence_ids, offsets, lengths, out = check_pieces(
+            self.sequence_lengths, sequence_ids, offsets, lengths, out, self.dtype,
+            lambda k: f"{self.paths[k]} (EOF included)")
         if self._opener is None:
             self._read_local(sequence_ids.tolist(), offsets.tolist(), lengths.tolist(), out)
         else:

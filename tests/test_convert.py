@@ -273,6 +273,11 @@ def test_unreadable_file_and_broken_tokenizer(tmp_path):
     summary = convert([good, missing], str(tmp_path / "o" / "x"), "bytes", skip_bad_records=True)
     assert (summary.documents, summary.bad_records) == (2, 1)
 
+    (tmp_path / "corrupt.jsonl.gz").write_bytes(b"not gzip at all")
+    with pytest.raises(ConvertError, match="corrupt.jsonl.gz: cannot read"):
+        convert([good, str(tmp_path / "corrupt.jsonl.gz")], str(tmp_path / "o" / "y"), "bytes")
+    assert not os.path.exists(tmp_path / "o" / "y_text_document.bin")
+
     (tmp_path / "tokenizer.json").write_text("{not a tokenizer")
     with pytest.raises(ConvertError, match="tokenizer.json: cannot load"):
         convert([good], str(tmp_path / "t"), str(tmp_path / "tokenizer.json"))

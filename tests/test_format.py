@@ -443,3 +443,18 @@ def test_concatenated_files_number_sequences_across_files(tmp_path):
         ConcatenatedFiles([IndexedFile.open(a), IndexedFile.open(c)])
     with pytest.raises(ParameterError):
         ConcatenatedFiles([])
+
+
+def test_list_ids_above_int64_keep_every_bit(tmp_path):
+    # np.asarray([0, 2**63 + 1]) is float64; the writer must not go through it.
+    with IndexedFileWriter(tmp_path / "big", dtype=np.uint64, flavour="fairseq") as writer:
+        writer.add_sequence([0, 2**63 + 1])
+        writer.end_document()
+    assert IndexedFile.open(tmp_path / "big").sequence(0).tolist() == [0, 2**63 + 1]
+
+
+def test_fractional_float_ids_are_refused(tmp_path):
+    with pytest.raises(ParameterError, match="whole numbers"):
+        with IndexedFileWriter(tmp_path / "f", dtype=np.uint16) as writer:
+            writer.add_document(np.array([1.0, 2.5]))
+    assert not list(tmp_path.iterdir())
