@@ -50,8 +50,10 @@ class _RangeHandler(SimpleHTTPRequestHandler):
         if not body:
             return
         # Stream in chunks and count what was written: a client that reads a response's
-        # head and hangs up (a probe for the file size) has not been sent the rest.
+        # head and hangs up (fsspec's existence probe is such a GET) has not been sent the rest.
         name = os.path.basename(path)
+        ranged = match is not None and bool(match.group(1) or match.group(2))
+        counter = self.server.sent if ranged else self.server.unranged
         with open(path, "rb") as f:
             f.seek(start)
             remaining = stop - start
@@ -61,13 +63,16 @@ class _RangeHandler(SimpleHTTPRequestHandler):
                     self.wfile.write(chunk)
                 except (BrokenPipeError, ConnectionResetError):
                     return
-                self.server.sent[name] = self.server.sent.get(name, 0) + len(chunk)
+                counter[name] = counter.get(name, 0) + len(chunk)
                 remaining -= len(chunk)
+        if not ranged:
+            self.server.whole_files_sent[name] = self.server.whole_files_sent.get(name, 0) + 1
 
 
 class RangeServer:
     """``with RangeServer(folder) as server: server.url + "/file.bin"``; ``server.sent`` maps
-    file names to bytes sent."""
+    file names to bytes sent for Range requests, ``server.whole_files_sent`` to the number of
+    responses without Range that were sent to the end (a whole-file download)."""
 
     def __init__(self, folder):
         folder = os.fspath(folder)
@@ -76,13 +81,19 @@ class RangeServer:
             return _RangeHandler(*args, directory=folder, **kwargs)
 
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self._httpd.sent = {}
+        self._httpd.sent = {}              # bytes answering Range requests, by file name
+        self._httpd.unranged = {}          # bytes answering requests without Range
+        self._httpd.whole_files_sent = {}  # responses without Range that were sent to the end
         self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
 
     @property
     def sent(self) -> dict:
         return self._httpd.sent
+
+    @property
+    def whole_files_sent(self) -> dict:
+        return self._httpd.whole_files_sent
 
     def __enter__(self):
         self._thread.start()

@@ -275,7 +275,7 @@ def test_verification_records_checksums_and_checks_split_sizes(tmp_path, corpus,
 
 def test_streaming_over_http_reads_ranges_not_whole_files(tmp_path, cache):
     rng = np.random.default_rng(3)
-    big = [rng.integers(0, 60000, size=n) for n in rng.integers(200, 2000, size=2000)]
+    big = [rng.integers(0, 60000, size=n) for n in rng.integers(200, 2000, size=6000)]
     prefix = _write(tmp_path / "served" / "train_text_document", big)
     bin_size = os.path.getsize(prefix + ".bin")
     with RangeServer(tmp_path / "served") as server:
@@ -285,9 +285,12 @@ def test_streaming_over_http_reads_ranges_not_whole_files(tmp_path, cache):
         for example in stream.take(20):
             got.append(example["input_ids"])
         sent = server.sent.get("train_text_document.bin", 0)
+        whole = server.whole_files_sent.get("train_text_document.bin", 0)
     expected, _, _ = expected_samples([prefix])
     np.testing.assert_array_equal(np.array(got), expected[:20])
-    assert 0 < sent < bin_size / 4, f"{sent} of {bin_size} bytes of .bin sent for 20 samples"
+    # The .idx is read whole; of the .bin only ranges (one table of 1,000 short samples here).
+    assert whole == 0, "the .bin was downloaded whole"
+    assert 0 < sent < bin_size / 4, f"{sent} of {bin_size} bytes of .bin sent in ranges for 20 samples"
 
 
 def test_edited_package_source_changes_the_cache_hash(corpus, cache, monkeypatch):
