@@ -239,6 +239,20 @@ class MemmapBinReader(BinReader):
         np.take(self.tokens, index, out=out, mode="clip")
 
 
+def opened_size(path: str, opener: Callable[..., IO[bytes]]) -> int:
+    """The size of a file reached through ``opener``. fsspec's HTTP filesystem hands out an
+    unseekable stream when the server reports size 0 or none; only then are the bytes
+    counted by reading them."""
+    with opener(path, "rb") as f:
+        try:
+            return f.seek(0, os.SEEK_END)
+        except (ValueError, OSError):
+            size = 0
+            while chunk := f.read(1 << 20):
+                size += len(chunk)
+            return size
+
+
 class FileBinReader(BinReader):
     """Ranged reads through a file object: for remote (fsspec) files, or no mmap."""
 
@@ -247,8 +261,7 @@ class FileBinReader(BinReader):
         self.dtype = dtype
         self._opener = opener
         self._file = None
-        with opener(path, "rb") as f:
-            self.size = f.seek(0, os.SEEK_END)
+        self.size = opened_size(path, opener)
 
     def __getstate__(self):
         state = dict(self.__dict__)

@@ -168,9 +168,10 @@ class SplitPlan:
 
     ``mode`` is "indexed" (.bin/.idx pairs), "raw" (``n_bytes`` tokens, packed the Megatron
     way), "raw-diff" (each raw file cut into its own rows) or "pairs" (fairseq sentence
-    pairs; ``data_paths`` holds source .bin, source .idx, target .bin, target .idx per shard). ``data_paths``/``idx_paths``
-    are where files are read from (local paths, downloads or URLs); ``original_paths`` are
-    the names the user gave, for the index cache key, labels and the ``path`` column.
+    pairs; ``data_paths`` then holds source .bin, source .idx, target .bin, target .idx per
+    shard). ``data_paths``/``idx_paths`` are where files are read from (local paths,
+    downloads or URLs); ``original_paths`` are the names the user gave, for the index cache
+    key, labels and the ``path`` column.
     """
 
     split: str

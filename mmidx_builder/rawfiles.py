@@ -45,7 +45,7 @@ import numpy as np
 import pyarrow as pa
 
 from .errors import FormatError, ParameterError
-from .format import check_pieces
+from .format import check_pieces, opened_size
 
 N_BYTES_CHOICES = (1, 2, 3, 4)
 
@@ -180,8 +180,7 @@ class RawFiles:
     def _size_of(self, path: str) -> int:
         if self._opener is None:
             return os.path.getsize(path)
-        with self._opener(path, "rb") as f:
-            return f.seek(0, os.SEEK_END)
+        return opened_size(path, self._opener)
 
     def __getstate__(self):
         state = dict(self.__dict__)
@@ -242,6 +241,8 @@ class RawFiles:
 
     def _read_bytes(self, i: int, start: int, stop: int):
         """Bytes ``[start, stop)`` of file ``i`` (``stop`` within the file)."""
+        if start == stop:
+            return b""
         if self._opener is None:
             return self._map(i)[start:stop]
         f = self._files.get(i)
