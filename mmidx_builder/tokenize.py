@@ -46,6 +46,23 @@ class Tokenizer:
         return f"{type(self).__name__}({self.name!r}, vocab_size={self.vocab_size}, eod_id={self.eod_id})"
 
 
+class _LoadedFromFile(Tokenizer):
+    """A tokenizer whose native object cannot be pickled: worker processes get the path and
+    load the file again. Subclasses set ``_native`` (the attribute) and ``_load()``."""
+
+    _native = ""
+
+    def _load(self) -> None:
+        raise NotImplementedError
+
+    def __getstate__(self):
+        return {k: v for k, v in self.__dict__.items() if k != self._native}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._load()
+
+
 class BytesTokenizer(Tokenizer):
     """UTF-8 bytes as token ids 0-255; 256 is the end of document."""
 
@@ -83,8 +100,10 @@ def _import(module: str, extra: str):
                            f"install it with: pip install 'mmidx-builder[{extra}]'") from None
 
 
-class HFTokenizersTokenizer(Tokenizer):
+class HFTokenizersTokenizer(_LoadedFromFile):
     """A HuggingFace ``tokenizers`` file (``tokenizer.json``), e.g. from a model repo."""
+
+    _native = "_tokenizer"
 
     def __init__(self, path: str, eod_id: int | None = None):
         self.path = path
@@ -106,19 +125,14 @@ class HFTokenizersTokenizer(Tokenizer):
         except Exception as error:  # tokenizers raises a bare Exception for unreadable files
             raise ConvertError(f"{self.path}: cannot load as a tokenizers file (tokenizer.json): {error}") from None
 
-    def __getstate__(self):
-        return {k: v for k, v in self.__dict__.items() if k != "_tokenizer"}
-
-    def __setstate__(self, state):
-        self.__dict__.update(state)
-        self._load()
-
     def encode_batch(self, texts):
         return [encoding.ids for encoding in self._tokenizer.encode_batch(list(texts))]
 
 
-class SentencePieceTokenizer(Tokenizer):
+class SentencePieceTokenizer(_LoadedFromFile):
     """A sentencepiece ``.model``; ids as ``encode_as_ids`` gives them (no BOS/EOS added)."""
+
+    _native = "_processor"
 
     def __init__(self, path: str, eod_id: int | None = None):
         self.path = path
@@ -137,13 +151,6 @@ class SentencePieceTokenizer(Tokenizer):
             self._processor = sentencepiece.SentencePieceProcessor(model_file=self.path)
         except (OSError, RuntimeError) as error:
             raise ConvertError(f"{self.path}: cannot load as a sentencepiece model: {error}") from None
-
-    def __getstate__(self):
-        return {k: v for k, v in self.__dict__.items() if k != "_processor"}
-
-    def __setstate__(self, state):
-        self.__dict__.update(state)
-        self._load()
 
     def encode_batch(self, texts):
         return self._processor.encode(list(texts), out_type=int)
