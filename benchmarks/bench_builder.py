@@ -21,6 +21,8 @@ import time
 
 import numpy as np
 
+from bench_format import make_corpus  # the same 200M-token corpus, generated once per workdir
+
 SEQ_LENGTH = 2048
 BATCH = 1000
 
@@ -31,32 +33,6 @@ def rss_anon_mb() -> float:
             if line.startswith("RssAnon:"):
                 return int(line.split()[1]) / 1024
     return float("nan")
-
-
-def make_corpus(folder: str, tokens: int) -> str:
-    """``tokens`` uint16 tokens in documents of ~1,000 tokens, written with numpy directly."""
-    from mmidx_builder.format import IndexedFile, IndexedFileWriter
-
-    prefix = os.path.join(folder, "train_text_document")
-    try:
-        if IndexedFile.open(prefix).num_tokens >= tokens:
-            return prefix
-    except Exception:
-        pass
-    os.makedirs(folder, exist_ok=True)
-    rng = np.random.default_rng(0)
-    lengths = rng.integers(1, 2000, size=tokens // 1000 + 1)
-    lengths = lengths[: np.searchsorted(np.cumsum(lengths), tokens) + 1]
-    # The writer's index for the lengths, then the .bin in chunks of random tokens.
-    with IndexedFileWriter(prefix, dtype=np.uint16) as writer:
-        writer._lengths.extend(lengths.tolist())  # benchmark shortcut: index only, tokens below
-        writer._document_indices.extend(range(1, len(lengths) + 1))
-        remaining = int(lengths.sum())
-        while remaining:
-            n = min(remaining, 50_000_000)
-            writer._bin.write(rng.integers(0, 50000, size=n, dtype=np.uint16).tobytes())
-            remaining -= n
-    return prefix
 
 
 def ceiling(prefix: str, num_samples: int, plain_view: bool) -> float:
@@ -84,22 +60,22 @@ def main() -> None:
     import mmidx_builder  # noqa: F401  registers the builder
 
     datasets.disable_progress_bars()
-    prefix = make_corpus(os.path.join(args.workdir, "builder"), int(args.tokens))
-    folder = os.path.dirname(prefix)
+    prefix = make_corpus(args.workdir, int(args.tokens))
     cache = os.path.join(args.workdir, "hf-cache")
     shutil.rmtree(cache, ignore_errors=True)
-    kwargs = dict(seq_length=SEQ_LENGTH, seed=1234, cache_dir=cache, split="train")
+    kwargs = dict(data_files={"train": prefix + ".bin"}, seq_length=SEQ_LENGTH, seed=1234, cache_dir=cache,
+                  split="train")
 
     rows = []
     # Build the sampling indices once so that no row below pays for them.
-    next(iter(datasets.load_dataset(folder, streaming=True, **kwargs)))
+    next(iter(datasets.load_dataset("mmidx", streaming=True, **kwargs)))
     ceiling_rate = ceiling(prefix, 200_000, plain_view=False)
     fast_ceiling = ceiling(prefix, 200_000, plain_view=True)
     rows.append(("ceiling: np.memmap window slicing", ceiling_rate))
     rows.append(("ceiling: ndarray view of the map", fast_ceiling))
 
     t = time.perf_counter()
-    ds = datasets.load_dataset(folder, **kwargs)
+    ds = datasets.load_dataset("mmidx", **kwargs)
     total_tokens = len(ds) * (SEQ_LENGTH + 1)
     rows.append(("download_and_prepare (Arrow cache)", total_tokens / (time.perf_counter() - t)))
 
@@ -112,7 +88,7 @@ def main() -> None:
     memory = []
     t = time.perf_counter()
     seen = 0
-    for batch in datasets.load_dataset(folder, streaming=True, **kwargs).with_format("arrow").iter(BATCH):
+    for batch in datasets.load_dataset("mmidx", streaming=True, **kwargs).with_format("arrow").iter(BATCH):
         array = batch.column("input_ids").combine_chunks()
         values = array.values.to_numpy(zero_copy_only=False).reshape(len(array), -1)
         seen += values.size

@@ -21,6 +21,8 @@ import numpy as np
 from mmidx_builder.format import IndexedFile, IndexedFileWriter
 from mmidx_builder.rawfiles import RawFiles
 
+from bench_format import best_of  # fastest of several timings
+
 try:
     from mmidx_builder import sampling
     HAVE_SAMPLING = hasattr(sampling, "build_indices") and hasattr(sampling, "assemble_samples")
@@ -42,12 +44,7 @@ def window_pieces(lengths: np.ndarray, window_starts: np.ndarray, window: int):
 
 def timed(function, repeat=3) -> float:
     function()  # warm the page cache and the code paths
-    best = float("inf")
-    for _ in range(repeat):
-        start = time.perf_counter()
-        function()
-        best = min(best, time.perf_counter() - start)
-    return best
+    return best_of(repeat, function)
 
 
 def main() -> None:
