@@ -31,9 +31,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .cli import describe
+from ._io import write_atomically
 from .errors import ParameterError
 from .format import ConcatenatedFiles, IndexedFile, split_prefix
+from .stats import describe
 
 README_NAME = "README.md"
 HISTOGRAM_NAME = "document_lengths.png"
@@ -159,7 +160,6 @@ def find_splits(directory: str | os.PathLike) -> dict[str, list[str]]:
 def collect(directory: str | os.PathLike, settings: CardSettings) -> list[SplitFacts]:
     """Opens every pair (validating it), checksums it and counts the split's samples."""
     from . import sampling  # the builder's own sample count
-    from .mmidx import sample_features  # noqa: F401  (imported here so a broken builder fails early)
 
     base = Path(directory)
     sample_length = settings.seq_length + int(settings.add_extra_token)
@@ -334,7 +334,7 @@ def render_card(directory: str | os.PathLike, settings: CardSettings | None = No
     from datasets.utils.metadata import MetadataConfigs
     from huggingface_hub import DatasetCard, DatasetCardData
 
-    from .mmidx import sample_features
+    from .hf.common import sample_features
 
     directory = Path(directory)
     readme = directory / README_NAME
@@ -407,56 +407,15 @@ def render_card(directory: str | os.PathLike, settings: CardSettings | None = No
     return RenderedCard(text=text, histogram_png=histogram_png(counts), splits=splits, settings=settings)
 
 
-def _write_atomically(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    try:
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-
-
-def write_card(directory: str | os.PathLike, settings: CardSettings | None = None) -> RenderedCard:
-    """Writes ``DIR/README.md`` and ``DIR/document_lengths.png``; returns what was written."""
-    rendered = render_card(directory, settings)
-    _write_atomically(Path(directory) / HISTOGRAM_NAME, rendered.histogram_png)
-    _write_atomically(Path(directory) / README_NAME, rendered.text.encode("utf-8"))
+def write_card(directory: str | os.PathLike, settings: CardSettings | None = None,
+               rendered: RenderedCard | None = None) -> RenderedCard:
+    """Writes ``DIR/README.md`` and ``DIR/document_lengths.png`` (``rendered``, or a card
+    rendered now); returns what was written."""
+    rendered = rendered or render_card(directory, settings)
+    write_atomically(Path(directory) / HISTOGRAM_NAME, rendered.histogram_png)
+    write_atomically(Path(directory) / README_NAME, rendered.text.encode("utf-8"))
     return rendered
 
 
-
-# --- command line (`mmidx card`, shared with `mmidx upload` / hub_upload.py) ---------
-
-def add_settings_arguments(parser) -> None:
-    """The card options; each left out keeps what the existing card says."""
-    parser.add_argument("--seq-length", type=int, help="default seq_length written into configs (default 2048)")
-    parser.add_argument("--tokenizer", help="which tokenizer made the ids, e.g. 'gpt2 (tiktoken)'")
-    parser.add_argument("--made-with", help="how the data was made, one line")
-    parser.add_argument("--license", help="license id for the metadata (default 'other')")
-    parser.add_argument("--pretty-name", help="title of the card (default: the folder's name)")
-
-
-def settings_from_args(args) -> CardSettings:
-    return CardSettings(seq_length=args.seq_length, tokenizer=args.tokenizer, made_with=args.made_with,
-                        license=args.license, pretty_name=args.pretty_name,
-                        repo_id=getattr(args, "repo_id", None))
-
-
-def add_command(commands) -> None:
-    p = commands.add_parser("card", help="write DIR/README.md, a dataset card computed from the pairs")
-    p.add_argument("directory", metavar="DIR", help="folder of .bin/.idx pairs")
-    p.add_argument("--repo-id", help="Hub repo id to show in the loading code (default USER/REPO)")
-    add_settings_arguments(p)
-    p.set_defaults(run=_run_card)
-
-
-def _run_card(args) -> None:
-    rendered = write_card(args.directory, settings_from_args(args))
-    rows = sum(s.num_examples for s in rendered.splits)
-    print(f"wrote {Path(args.directory) / README_NAME} and {HISTOGRAM_NAME}: "
-          f"{len(rendered.splits)} split(s), {rows:,} rows of seq_length {rendered.settings.seq_length}")
-
-
 __all__ = ["CARD_TEMPLATE", "HAND_WRITTEN_MARKER", "CardSettings", "RenderedCard", "collect",
-           "find_splits", "histogram_png", "length_bins", "render_card", "write_card", "add_command"]
+           "find_splits", "histogram_png", "length_bins", "render_card", "write_card"]

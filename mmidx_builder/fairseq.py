@@ -25,6 +25,7 @@ from typing import IO, Callable, Iterable, Iterator, Sequence
 import numpy as np
 import pyarrow as pa
 
+from ._io import atomic_output
 from .errors import FormatError, MissingPartnerError, ParameterError
 from .format import ConcatenatedFiles, IndexedFile
 
@@ -105,10 +106,8 @@ class Dictionary:
             # fairseq's own save drops the flag and so writes files it cannot load again.
             lines.append(f"{symbol} {count} {OVERWRITE_FLAG}\n" if symbol in seen else f"{symbol} {count}\n")
             seen.add(symbol)
-        temporary = f"{path}.tmp-{os.getpid()}"
-        with open(temporary, "w", encoding="utf-8", newline="\n") as f:
-            f.writelines(lines)
-        os.replace(temporary, path)
+        with atomic_output(path) as f:
+            f.write("".join(lines).encode("utf-8"))
 
     def __len__(self) -> int:
         return len(self.symbols)
@@ -159,15 +158,15 @@ def post_process(sentence: str, symbol: str | None) -> str:
                          "letter, _EOW, subword_nmt, '@@ ', '@@' or none")
 
 
-def decode(ids, dictionary: Dictionary, bpe: str | None = None) -> str:
-    """Ids back to text: ``dictionary.string(ids, bpe)``."""
-    return dictionary.string(ids, bpe)
-
-
 # --- finding the pairs ---------------------------------------------------------------------
 
 # {split}.{lang1}-{lang2}.{lang}.{bin,idx}; languages hold neither dots nor dashes.
 _PAIR_NAME = re.compile(r"^(?P<name>.+)\.(?P<a>[^.\-/\\]+)-(?P<b>[^.\-/\\]+)\.(?P<lang>[^.\-/\\]+)\.(?P<ext>bin|idx)$")
+
+
+def is_pair_file(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is named as fairseq-preprocess names a language pair's files."""
+    return _PAIR_NAME.match(os.path.basename(os.fspath(path))) is not None
 
 
 @dataclass(frozen=True)

@@ -27,17 +27,20 @@ with vectorised checks, so that no file, however damaged, makes it read outside 
 from __future__ import annotations
 
 import array
-import enum
+import glob
 import os
+import re
 import shutil
 import struct
-import uuid
 from dataclasses import dataclass
 from typing import IO, Callable, Iterable, Sequence
 
 import numpy as np
 
+from ._io import TEMPORARY_MARK, file_identity, remove_quietly, temporary_path
+from .dtypes import DTYPE_TABLES, FAIRSEQ_DTYPES, MEGATRON_DTYPES, Flavour, dtype_code, smallest_dtype  # noqa: F401
 from .errors import FormatError, MissingPartnerError, ParameterError
+from .source import Concatenated, check_pieces, combined_identity, first_bad
 
 MAGIC = b"MMIDIDX\x00\x00"
 VERSION = 1
@@ -58,56 +61,6 @@ MODE_DTYPE = np.dtype("<i1")
 # Bytes the index spends per sequence and per document entry.
 _PER_SEQUENCE = LENGTH_DTYPE.itemsize + POINTER_DTYPE.itemsize
 _PER_DOCUMENT = DOCUMENT_INDEX_DTYPE.itemsize
-
-
-class Flavour(str, enum.Enum):
-    MEGATRON = "megatron"
-    FAIRSEQ = "fairseq"
-
-
-# megatron.core.datasets.indexed_dataset.DType and fairseq's _code_to_dtype. They agree on
-# 1-6 and 8; code 7 is float32 to Megatron but float64 (np.double) to fairseq, and 9/10
-# exist only in fairseq.
-MEGATRON_DTYPES = {
-    1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32,
-    5: np.int64, 6: np.float64, 7: np.float32, 8: np.uint16,
-}
-FAIRSEQ_DTYPES = {
-    1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64,
-    6: np.float64, 7: np.float64, 8: np.uint16, 9: np.uint32, 10: np.uint64,
-}
-DTYPE_TABLES = {Flavour.MEGATRON: MEGATRON_DTYPES, Flavour.FAIRSEQ: FAIRSEQ_DTYPES}
-
-
-def dtype_code(dtype, flavour: Flavour = Flavour.MEGATRON) -> int:
-    """The header code of ``dtype`` in ``flavour``'s table (the first code if two match)."""
-    dtype = np.dtype(dtype)
-    for code, candidate in DTYPE_TABLES[Flavour(flavour)].items():
-        if np.dtype(candidate) == dtype:
-            return code
-    raise ParameterError(f"dtype {dtype} cannot be stored in a {Flavour(flavour).value} .idx; "
-                         f"use one of {sorted({np.dtype(t).name for t in DTYPE_TABLES[Flavour(flavour)].values()})}")
-
-
-def smallest_dtype(vocab_size: int, flavour: Flavour = Flavour.MEGATRON) -> np.dtype:
-    """The smallest integer dtype that holds token ids ``0 .. vocab_size - 1``.
-
-    Above 256 this follows the writers people compare us with: uint16 below 65,500
-    (Megatron's ``DType.optimal_dtype`` and fairseq's ``best_fitting_int_dtype``), then
-    int32 for Megatron (its table has no uint32) or uint32 / int64 for fairseq.
-    """
-    if vocab_size < 1:
-        raise ParameterError(f"vocab_size must be at least 1, got {vocab_size}")
-    if vocab_size <= 256:
-        return np.dtype(np.uint8)
-    if vocab_size < 65500:
-        return np.dtype(np.uint16)
-    if Flavour(flavour) is Flavour.MEGATRON:
-        if vocab_size > 2**31:
-            raise ParameterError(f"vocab_size {vocab_size} does not fit the Megatron flavour's "
-                                 "largest integer dtype (int32); write the fairseq flavour")
-        return np.dtype(np.int32)
-    return np.dtype(np.uint32 if vocab_size < 2**32 - 1 else np.int64)
 
 
 def split_prefix(path: str | os.PathLike) -> str:
@@ -312,10 +265,6 @@ def _exists(path: str, opener) -> bool:
         return False
 
 
-def _first_bad(mask: np.ndarray) -> int:
-    return int(np.flatnonzero(mask)[0])
-
-
 class IndexedFile:
     """One validated ``.bin``/``.idx`` pair.
 
@@ -353,6 +302,7 @@ class IndexedFile:
         self.sequence_starts = np.empty(n + 1, np.int64)
         np.floor_divide(self.sequence_pointers, self.dtype.itemsize, out=self.sequence_starts[:n])
         self.sequence_starts[n] = self.num_tokens
+        self.identity = combined_identity("mmidx", [file_identity(idx_path), file_identity(bin_path)])
 
     @classmethod
     def open(cls, path: str | os.PathLike, *, opener: Callable[..., IO[bytes]] | None = None,
@@ -384,7 +334,7 @@ class IndexedFile:
         documents_at = pointers_at + POINTER_DTYPE.itemsize * h.num_sequences
 
         if len(lengths) and lengths.min() < 0:
-            i = _first_bad(lengths < 0)
+            i = first_bad(lengths < 0)
             raise FormatError(self.idx_path, f"sequence_lengths[{i}]", "a length >= 0", int(lengths[i]),
                               offset=lengths_at + 4 * i)
         # Pointers must be the running byte offsets of the lengths, starting at 0: that is
@@ -393,7 +343,7 @@ class IndexedFile:
         np.cumsum(lengths[:-1], dtype=np.int64, out=expected[1:])
         expected *= itemsize
         if len(pointers) and not np.array_equal(pointers, expected):
-            i = _first_bad(pointers != expected)
+            i = first_bad(pointers != expected)
             hint = ("pointers are not increasing" if i and pointers[i] < pointers[i - 1]
                     else "the pointer step does not match the previous sequence's length")
             hint += f"; read as the {h.flavour.value} flavour, whose size the file has"
@@ -411,7 +361,7 @@ class IndexedFile:
                 raise FormatError(self.idx_path, "document_indices[0]", 0, int(documents[0]), offset=documents_at)
             steps = np.diff(documents)
             if len(steps) and steps.min() < 0:
-                i = _first_bad(steps < 0) + 1
+                i = first_bad(steps < 0) + 1
                 raise FormatError(self.idx_path, f"document_indices[{i}]",
                                   f">= document_indices[{i - 1}] = {int(documents[i - 1])}",
                                   int(documents[i]), offset=documents_at + 8 * i, hint="not increasing")
@@ -476,37 +426,6 @@ class IndexedFile:
                 f"sequences={self.num_sequences}, documents={self.num_documents}, tokens={self.num_tokens})")
 
 
-def check_pieces(sequence_lengths: np.ndarray, sequence_ids, offsets, lengths, out: np.ndarray | None,
-                 dtype: np.dtype, name) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Validates a ``read_pieces`` request against ``sequence_lengths`` in one vectorised pass
-    and returns it as int64 arrays, with ``out`` (allocated when None). Every token source
-    (``.bin`` pairs, their concatenation, raw files) checks requests here, so none can read
-    outside a sequence. ``name(k)`` names sequence ``k`` in messages."""
-    sequence_ids, offsets, lengths = (np.asarray(a, np.int64) for a in (sequence_ids, offsets, lengths))
-    if any(a.ndim != 1 for a in (sequence_ids, offsets, lengths)) or not len(sequence_ids) == len(offsets) == len(lengths):
-        raise ParameterError("sequence_ids, offsets and lengths must be 1-D arrays of one length, got shapes "
-                             f"{sequence_ids.shape}, {offsets.shape}, {lengths.shape}")
-    if len(sequence_ids):
-        bad = (sequence_ids < 0) | (sequence_ids >= len(sequence_lengths))
-        if bad.any():
-            k = _first_bad(bad)
-            raise ParameterError(f"sequence id {int(sequence_ids[k])} out of range [0, {len(sequence_lengths)})")
-        # `offsets > length - lengths`, not `offsets + lengths > length`: the sum of two
-        # huge requests wraps around in int64 and would pass.
-        bad = (offsets < 0) | (lengths < 0) | (offsets > sequence_lengths[sequence_ids] - lengths)
-        if bad.any():
-            k = _first_bad(bad)
-            raise ParameterError(f"piece {k} asks for tokens [{int(offsets[k])}, {int(offsets[k]) + int(lengths[k])}) "
-                                 f"of {name(int(sequence_ids[k]))}, which has "
-                                 f"{int(sequence_lengths[sequence_ids[k]])}")
-    total = int(lengths.sum())
-    if out is None:
-        out = np.empty(total, dtype)
-    elif out.shape != (total,):
-        raise ParameterError(f"out has shape {out.shape}, expected ({total},)")
-    return sequence_ids, offsets, lengths, out
-
-
 def _check_index(i: int, count: int, what: str, path: str) -> int:
     i = int(i)
     if i < 0:
@@ -525,13 +444,43 @@ def _check_sequence_lengths(lengths: Sequence[int]) -> None:
                              f"(at most {np.iinfo(LENGTH_DTYPE).max}); split the document into sequences")
 
 
+_TEMPORARY_PID = re.compile(re.escape(TEMPORARY_MARK) + r"(\d+)-")
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_temporaries(prefix: str) -> list[str]:
+    """Removes temporary files that a killed writer of ``prefix`` left (its process is gone);
+    returns their paths. Current writers use hidden names; older ones wrote visible ones."""
+    folder, name = os.path.split(prefix)
+    removed = []
+    for pattern in (f".{name}.bin{TEMPORARY_MARK}*", f".{name}.idx{TEMPORARY_MARK}*",
+                    f"{name}.bin{TEMPORARY_MARK}*", f"{name}.idx{TEMPORARY_MARK}*"):
+        for path in glob.glob(os.path.join(glob.escape(folder or "."), pattern)):
+            found = _TEMPORARY_PID.search(os.path.basename(path))
+            if found and not _process_alive(int(found.group(1))):
+                remove_quietly(path)
+                removed.append(path)
+    return removed
+
+
 class IndexedFileWriter:
     """Writes a ``.bin``/``.idx`` pair, byte-identical to megatron-core's
     ``IndexedDatasetBuilder`` (or fairseq's ``MMapIndexedDatasetBuilder``) for the same
     documents and dtype.
 
-    Both files are written under temporary names and renamed only by :meth:`close`
-    (``.idx`` last), so an interrupted write never leaves a pair that looks valid::
+    Both files are written under hidden temporary names and renamed only by :meth:`close`
+    (an old ``.idx`` removed first, the new ``.idx`` renamed last), so an interrupted write
+    never leaves a pair that looks valid, and a killed writer's leftovers are invisible to
+    loading and removed by the next writer of the same prefix::
 
         with IndexedFileWriter("out/corpus_text_document", vocab_size=50257) as w:
             w.add_document([1, 2, 3])
@@ -550,12 +499,12 @@ class IndexedFileWriter:
         self._code = dtype_code(self.dtype, self.flavour)
         self._lengths = array.array("q")
         self._document_indices = array.array("q", [0])
-        tag = f".tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        self._bin_tmp = self.prefix + ".bin" + tag
-        self._idx_tmp = self.prefix + ".idx" + tag
         parent = os.path.dirname(self.prefix)
         if parent:
             os.makedirs(parent, exist_ok=True)
+        remove_stale_temporaries(self.prefix)
+        self._bin_tmp = temporary_path(self.prefix + ".bin")
+        self._idx_tmp = temporary_path(self.prefix + ".idx")
         self._bin = open(self._bin_tmp, "wb")
         self._closed = False
 
@@ -621,10 +570,15 @@ class IndexedFileWriter:
         if self._closed:
             return
         self._closed = True
-        self._bin.close()
         try:
+            self._bin.close()
             with open(self._idx_tmp, "wb") as f:
                 f.write(self._index_bytes())
+            # Replacing a pair is two renames, and a crash between them must not leave a new
+            # .bin beside the old .idx (same byte count: garbage that loads). So the old .idx
+            # goes first: at every step the folder holds the old pair, a lone file (a clear
+            # MissingPartnerError), or the new pair.
+            remove_quietly(self.prefix + ".idx")
             os.replace(self._bin_tmp, self.prefix + ".bin")
             os.replace(self._idx_tmp, self.prefix + ".idx")
         except BaseException:
@@ -632,12 +586,16 @@ class IndexedFileWriter:
             raise
 
     def abort(self) -> None:
-        """Deletes the temporary files; nothing is left at the final names."""
+        """Deletes the temporary files; nothing is left at the final names. Safe when
+        closing the file fails again (a full disk refuses the flush)."""
         self._closed = True
-        self._bin.close()
-        for path in (self._bin_tmp, self._idx_tmp):
-            if os.path.exists(path):
-                os.remove(path)
+        try:
+            self._bin.close()
+        except OSError:
+            pass
+        finally:
+            for path in (self._bin_tmp, self._idx_tmp):
+                remove_quietly(path)
 
     def _index_bytes(self) -> bytes:
         lengths = np.frombuffer(self._lengths, np.int64) if len(self._lengths) else np.zeros(0, np.int64)
@@ -670,52 +628,6 @@ def write_documents(prefix, documents: Iterable, **writer_options) -> str:
     return writer.prefix
 
 
-class ConcatenatedFiles:
-    """Several pairs read as one: sequences numbered across files in the given order.
-
-    This is what Megatron's sampling sees over a merged file (``merge_datasets``), so
-    several pairs in one split sample exactly as their merge would. Offers the same
-    ``sequence_lengths`` / ``dtype`` / ``read_pieces`` surface as :class:`IndexedFile`.
-    """
-
-    def __init__(self, files: Sequence[IndexedFile]):
-        if not files:
-            raise ParameterError("ConcatenatedFiles needs at least one file")
-        dtypes = {f.dtype for f in files}
-        if len(dtypes) > 1:
-            found = ", ".join(f"{f.bin_path}: {f.dtype.name}" for f in files)
-            raise ParameterError(f"files of one split must share a dtype, found {found}; "
-                                 "convert them with one tokenizer or put them in separate splits")
-        self.files = list(files)
-        self.dtype = files[0].dtype
-        self.sequence_lengths = np.concatenate([f.sequence_lengths for f in files]) if len(files) > 1 \
-            else files[0].sequence_lengths
-        # First global sequence id of each file, and the end.
-        self.first_sequence = np.cumsum([0] + [f.num_sequences for f in files])
-
-    @property
-    def num_sequences(self) -> int:
-        return int(self.first_sequence[-1])
-
-    @property
-    def num_tokens(self) -> int:
-        return sum(f.num_tokens for f in self.files)
-
-    def read_pieces(self, sequence_ids, offsets, lengths, out: np.ndarray | None = None) -> np.ndarray:
-        if len(self.files) == 1:
-            return self.files[0].read_pieces(sequence_ids, offsets, lengths, out)
-        sequence_ids, offsets, lengths, out = check_pieces(
-            self.sequence_lengths, sequence_ids, offsets, lengths, out, self.dtype,
-            lambda k: f"sequence {k} of the split (files {[f.idx_path for f in self.files]})")
-        file_of = np.searchsorted(self.first_sequence, sequence_ids, side="right") - 1
-        ends = np.cumsum(lengths)
-        begins = ends - lengths
-        # Runs of consecutive pieces from one file go to that file in one call.
-        breaks = np.flatnonzero(np.diff(file_of)) + 1
-        for first, last in zip(np.concatenate(([0], breaks)).tolist(), np.concatenate((breaks, [len(file_of)])).tolist()):
-            if first == last:
-                continue
-            f = int(file_of[first])
-            self.files[f].read_pieces(sequence_ids[first:last] - self.first_sequence[f], offsets[first:last],
-                                      lengths[first:last], out[begins[first]:ends[last - 1]])
-        return out
+# Several pairs read as one (what Megatron samples over their merge): the generic
+# concatenation of token sources, under the name this module has always exported.
+ConcatenatedFiles = Concatenated

@@ -52,6 +52,7 @@ class UploadPlan:
     repo_id: str
     files: list[PlannedFile]
     pairs: list[str]  # prefixes of the checked pairs, relative
+    card: object = None  # the card.RenderedCard the upload writes (rendered once: it hashes every file)
 
     def describe(self) -> str:
         width = max([len(f.path) for f in self.files] + [4])
@@ -142,7 +143,7 @@ def plan_upload(directory: str | os.PathLike, repo_id: str, settings: CardSettin
         existed = (directory / name).is_file()
         files.append(PlannedFile(name, size, ("rewrite" if existed else "write") + " (generated card), then upload"))
     files.sort(key=lambda f: f.path)
-    return UploadPlan(directory=str(directory), repo_id=repo_id, files=files, pairs=pairs)
+    return UploadPlan(directory=str(directory), repo_id=repo_id, files=files, pairs=pairs, card=rendered)
 
 
 def _transport_errors() -> tuple[type[BaseException], ...]:
@@ -209,7 +210,7 @@ def upload(directory: str | os.PathLike, repo_id: str, *, private: bool = False,
         raise HubError("not logged in: run `hf auth login` or set HF_TOKEN to a token with write access "
                        "(nothing was uploaded)")
 
-    write_card(directory, settings)
+    write_card(directory, rendered=plan.card)
     echo(f"card: wrote {Path(directory) / README_NAME} and {HISTOGRAM_NAME}")
     api = api or hub.HfApi()
     with _translated(repo_id, "creating the dataset repo"):
@@ -229,31 +230,5 @@ def upload(directory: str | os.PathLike, repo_id: str, *, private: bool = False,
 
 
 
-# --- command line (`mmidx upload` and the top-level hub_upload.py) -----------------
-
-def add_arguments(parser) -> None:
-    from .card import add_settings_arguments
-
-    parser.add_argument("directory", metavar="DIR", help="folder of .bin/.idx pairs")
-    parser.add_argument("--repo-id", required=True, help="dataset repo, NAMESPACE/NAME")
-    parser.add_argument("--private", action="store_true", help="create the repo private (an existing repo keeps its visibility)")
-    parser.add_argument("--revision", help="branch to commit to (created if missing; default main)")
-    parser.add_argument("--commit-message", help=f"default {DEFAULT_COMMIT_MESSAGE!r}")
-    parser.add_argument("--dry-run", action="store_true", help="print every file, its size and what would happen; no network")
-    add_settings_arguments(parser)
-    parser.set_defaults(run=run)
-
-
-def add_command(commands) -> None:
-    add_arguments(commands.add_parser("upload", help="publish DIR as a Hub dataset repo (writes its card first)"))
-
-
-def run(args) -> None:
-    from .card import settings_from_args
-
-    upload(args.directory, args.repo_id, private=args.private, revision=args.revision,
-           commit_message=args.commit_message, dry_run=args.dry_run, settings=settings_from_args(args))
-
-
 __all__ = ["IGNORE_PATTERNS", "PlannedFile", "UploadPlan", "check_pairs", "check_repo_id",
-           "plan_upload", "upload", "add_command"]
+           "plan_upload", "upload"]

@@ -25,10 +25,10 @@ Two ways to cut the files into examples:
 * ``concat``: sampling.assemble_samples(RawFiles(...), sampling.build_indices(...), ids),
   Megatron's packing over files as documents;
 * ``diff``: :func:`diff_chunks` / :func:`diff_samples`, every file cut into its own
-  ``seq_length`` chunks, the last one padded with EOF.
+  ``seq_length`` chunks, the last one padded with EOF (rows of the ``mmidx_raw_chunks`` builder).
 
 Labels come from class folders, as ``datasets``' imagefolder infers them, or from a
-metadata file (:func:`labels_for`). This module never imports ``datasets``.
+metadata file (:func:`labels_for`). This module never imports ``datasets`` or ``pyarrow``.
 """
 
 from __future__ import annotations
@@ -39,13 +39,15 @@ import json
 import mmap
 import os
 import posixpath
-from typing import IO, Callable, Iterator, Sequence
+from typing import IO, Callable, Sequence
 
 import numpy as np
-import pyarrow as pa
 
+from ._io import file_identity
+from .dtypes import raw_token_dtype
 from .errors import FormatError, ParameterError
-from .format import check_pieces, opened_size
+from .format import opened_size
+from .source import check_pieces, combined_identity
 
 N_BYTES_CHOICES = (1, 2, 3, 4)
 
@@ -82,12 +84,8 @@ def eof_id(n_bytes: int) -> int:
 
 
 def token_dtype(n_bytes: int) -> np.dtype:
-    """The smallest integer dtype that holds every token including EOF (table above)."""
-    eof = eof_id(n_bytes)
-    for dtype in (np.uint8, np.uint16, np.int32, np.int64):
-        if eof <= np.iinfo(dtype).max:
-            return np.dtype(dtype)
-    raise AssertionError("unreachable: n_bytes <= 4")  # pragma: no cover
+    """The dtype of ``n_bytes`` tokens: the smallest that holds the EOF id (table above)."""
+    return raw_token_dtype(eof_id(n_bytes))
 
 
 def tokens_in(size_in_bytes: int, n_bytes: int) -> int:
@@ -173,6 +171,7 @@ class RawFiles:
                               f"{int(self.file_sizes[i])} bytes",
                               hint="sequence lengths are int32 as in Megatron; split the file or raise n_bytes")
         self.sequence_lengths = (self.file_tokens + 1).astype(np.int32)
+        self.identity = combined_identity(f"raw-n_bytes={self.n_bytes}", [file_identity(p) for p in self.paths])
         self._sequence_ends = self.sequence_lengths.tolist()  # Python ints for the read loop
         self._maps: collections.OrderedDict[int, np.ndarray] = collections.OrderedDict()
         self._files: collections.OrderedDict[int, IO[bytes]] = collections.OrderedDict()
@@ -258,10 +257,6 @@ class RawFiles:
             raise FormatError(self.paths[i], "bytes", f"{stop - start} bytes at byte {start}",
                               f"{len(data)} bytes", hint="the file changed or the read was cut short")
         return data
-
-    def file_bytes(self, i: int):
-        """The whole of file ``i`` as bytes-like (a memory map view when local)."""
-        return self._read_bytes(i, 0, int(self.file_sizes[i]))
 
     # --- tokens ------------------------------------------------------------------------
     def read_pieces(self, sequence_ids, offsets, lengths, out: np.ndarray | None = None) -> np.ndarray:
@@ -353,32 +348,6 @@ def diff_samples(raw: RawFiles, file_ids: np.ndarray, offsets: np.ndarray, seq_l
     # Row-major boolean assignment fills each row's first `lengths[row]` cells in order.
     samples[np.arange(seq_length) < lengths[:, None]] = flat
     return samples
-
-
-def diff_tables(raw: RawFiles, seq_length: int, *, names: Sequence[str] | None = None,
-                label_ids: np.ndarray | None = None, start: int = 0, stop: int | None = None,
-                batch_size: int = 1000) -> Iterator[pa.Table]:
-    """Chunks ``start:stop`` of :func:`diff_chunks` as Arrow tables of up to ``batch_size``
-    rows: ``input_ids`` (fixed-size lists of ``seq_length`` tokens), ``path`` (``names``,
-    e.g. the original paths before download, else ``raw.paths``) and, with ``label_ids``
-    (one per file, from :func:`labels_for`), ``label``."""
-    if batch_size < 1:
-        raise ParameterError(f"batch_size must be at least 1, got {batch_size}")
-    names = list(raw.paths if names is None else names)
-    if len(names) != raw.num_sequences or (label_ids is not None and len(label_ids) != raw.num_sequences):
-        raise ParameterError(f"{raw.num_sequences} files but {len(names)} names"
-                             + ("" if label_ids is None else f" and {len(label_ids)} labels"))
-    file_ids, offsets = diff_chunks(raw, seq_length)
-    stop = len(file_ids) if stop is None else min(int(stop), len(file_ids))
-    path_array = pa.array(names, pa.string())
-    for begin in range(int(start), stop, batch_size):
-        files = file_ids[begin:begin + batch_size][:stop - begin]
-        samples = diff_samples(raw, files, offsets[begin:begin + len(files)], seq_length)
-        columns = {"input_ids": pa.FixedSizeListArray.from_arrays(pa.array(samples.reshape(-1)), seq_length),
-                   "path": path_array.take(pa.array(files))}
-        if label_ids is not None:
-            columns["label"] = pa.array(np.asarray(label_ids, np.int64)[files])
-        yield pa.table(columns)
 
 
 # --- labels ----------------------------------------------------------------------------

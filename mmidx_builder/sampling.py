@@ -30,13 +30,13 @@ import hashlib
 import json
 import operator
 import os
-import tempfile
 import warnings
 from dataclasses import dataclass
 from typing import Iterator
 
 import numpy as np
 
+from ._io import write_atomically
 from .errors import ParameterError
 
 __all__ = [
@@ -46,6 +46,7 @@ __all__ = [
     "build_indices",
     "build_sample_index",
     "build_shuffle_index",
+    "check_settings",
     "count_samples",
     "document_structure",
     "iter_reference_samples",
@@ -83,6 +84,20 @@ def _check_seed(seed) -> int:
     if seed >= 2**32:
         raise ParameterError(f"seed must be below 2**32 (numpy.random.RandomState), got {seed}")
     return seed
+
+
+def check_settings(*, seq_length, seed, num_epochs=None, num_samples=None) -> None:
+    """Raises :class:`ParameterError` for sampling settings that cannot work, before any
+    data is read (builder configs call this; :func:`build_indices` applies the same rules)."""
+    _check_int("seq_length", seq_length, 1, "pass a sequence length of 1 or more")
+    _check_seed(seed)
+    if num_epochs is not None and num_samples is not None:
+        raise ParameterError(f"give num_epochs or num_samples, not both (got num_epochs={num_epochs}, "
+                             f"num_samples={num_samples})")
+    if num_epochs is not None:
+        _check_int("num_epochs", num_epochs, 1, "train at least one epoch")
+    if num_samples is not None:
+        _check_int("num_samples", num_samples, 1, "ask for at least one sample")
 
 
 def count_samples(tokens_per_epoch: int, *, seq_length: int, num_epochs: int | None = None,
@@ -335,29 +350,15 @@ def _load_cached(paths: dict[str, str], num_sequences: int) -> SamplingIndices |
     return indices if consistent else None
 
 
-def _save_atomically(path: str, write) -> None:
-    fd, temporary = tempfile.mkstemp(dir=os.path.dirname(path), prefix=os.path.basename(path) + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-        os.replace(temporary, path)
-    except BaseException:
-        try:
-            os.unlink(temporary)
-        except OSError:
-            pass
-        raise
-
-
 def _save_cached(paths: dict[str, str], indices: SamplingIndices) -> None:
     os.makedirs(os.path.dirname(paths["meta"]), exist_ok=True)
     for name in _ARRAY_NAMES:
-        _save_atomically(paths[name], lambda f, a=getattr(indices, name): np.save(f, a, allow_pickle=False))
+        write_atomically(paths[name], lambda f, a=getattr(indices, name): np.save(f, a, allow_pickle=False))
     meta = {"seq_length": indices.seq_length, "add_extra_token": indices.add_extra_token,
             "num_epochs": indices.num_epochs, "num_samples": indices.num_samples,
             "separate_final_epoch": indices.separate_final_epoch}
     # The meta file goes last: its presence says the three arrays are complete.
-    _save_atomically(paths["meta"], lambda f: f.write(json.dumps(meta, indent=1).encode()))
+    write_atomically(paths["meta"], json.dumps(meta, indent=1).encode())
 
 
 def save_indices(indices: SamplingIndices, directory: str | os.PathLike) -> list[str]:

@@ -19,16 +19,11 @@ from typing import Sequence
 
 import numpy as np
 
+from .dtypes import megatron_writer_dtype as output_dtype  # noqa: F401  (the dtype convert writes)
 from .errors import ConvertError
 
 # Special tokens that mean "end of document", in the order they are looked for.
 EOD_TOKENS = ("<|endoftext|>", "</s>", "<eos>", "<|end_of_text|>", "<|eos|>", "[EOS]")
-
-
-def output_dtype(vocab_size: int) -> np.dtype:
-    """Megatron's ``DType.optimal_dtype``, which its preprocess_data.py uses: uint16 below
-    65,500 ids, else int32. Not the smallest dtype: uint8 would differ from Megatron's files."""
-    return np.dtype(np.uint16 if vocab_size < 65500 else np.int32)
 
 
 class Tokenizer:

@@ -17,7 +17,8 @@ import mmidx_builder
 from mmidx_builder import sampling
 from mmidx_builder.errors import MissingPartnerError, MMIdxError, ParameterError
 from mmidx_builder.format import ConcatenatedFiles, IndexedFile, IndexedFileWriter
-from mmidx_builder.mmidx import MMIdx, reference_examples, shard_ranges
+from mmidx_builder import MMIdx
+from mmidx_builder.hf.common import shard_ranges
 
 from range_server import RangeServer
 
@@ -129,7 +130,7 @@ def test_builder_class_directly_needs_no_registration(corpus, tmp_path):
 def test_fast_tables_equal_the_reference_generator(corpus):
     _, prefixes = corpus
     expected, source, indices = expected_samples(prefixes["train"], num_epochs=3)
-    reference = np.array([example["input_ids"] for example in reference_examples(source, indices)])
+    reference = np.array(list(sampling.iter_reference_samples(source, indices)))
     np.testing.assert_array_equal(reference, expected)
 
 
@@ -296,7 +297,9 @@ def test_streaming_over_http_reads_ranges_not_whole_files(tmp_path, cache):
 def test_edited_package_source_changes_the_cache_hash(corpus, cache, monkeypatch):
     root, _ = corpus
     before = load_dataset_builder(str(root), seq_length=SEQ, cache_dir=cache).cache_dir
-    monkeypatch.setattr(mmidx_builder.mmidx, "PACKAGE_SOURCE_HASH", "edited")
+    from mmidx_builder.hf import registry
+
+    monkeypatch.setattr(registry, "package_source_hash", lambda: "edited")
     after = load_dataset_builder(str(root), seq_length=SEQ, cache_dir=cache).cache_dir
     assert before != after
 

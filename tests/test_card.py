@@ -171,12 +171,8 @@ def test_template_file_is_the_one_the_code_uses():
 
 
 def test_load_dataset_honours_the_cards_configs(corpus, tmp_path):
-    datasets = pytest.importorskip("datasets")
-    pytest.importorskip("mmidx_builder.sampling")
+    import datasets
     import mmidx_builder  # noqa: F401  (registers the builder)
-    import mmidx_builder.registry
-
-    mmidx_builder.registry.register()
     write_card(corpus, CardSettings(seq_length=SEQ_LENGTH))
     _, data = _metadata(corpus)
     loaded = datasets.load_dataset(str(corpus), cache_dir=str(tmp_path / "cache"))
@@ -188,11 +184,8 @@ def test_load_dataset_honours_the_cards_configs(corpus, tmp_path):
 
 
 def test_a_calls_own_settings_win_over_the_cards(corpus, tmp_path):
-    datasets = pytest.importorskip("datasets")
-    pytest.importorskip("mmidx_builder.sampling")
-    import mmidx_builder.registry
-
-    mmidx_builder.registry.register()
+    import datasets
+    import mmidx_builder  # noqa: F401  (registers the builder)
     write_card(corpus, CardSettings(seq_length=SEQ_LENGTH))
     other = datasets.load_dataset(str(corpus), split="test", seq_length=4, cache_dir=str(tmp_path / "cache"))
     assert len(other[0]["input_ids"]) == 5

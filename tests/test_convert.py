@@ -52,7 +52,7 @@ def training_text(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def bpe_path(training_text, tmp_path_factory):
-    tokenizers = pytest.importorskip("tokenizers")
+    import tokenizers
     tokenizer = tokenizers.Tokenizer(tokenizers.models.BPE(unk_token="<unk>"))
     tokenizer.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = tokenizers.decoders.ByteLevel()
@@ -66,7 +66,7 @@ def bpe_path(training_text, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def spm_path(training_text, tmp_path_factory):
-    sentencepiece = pytest.importorskip("sentencepiece")
+    import sentencepiece
     prefix = tmp_path_factory.mktemp("spm") / "unigram"
     sentencepiece.SentencePieceTrainer.train(input=training_text, model_prefix=str(prefix), vocab_size=70, hard_vocab_limit=False,
                                              model_type="unigram", character_coverage=1.0,

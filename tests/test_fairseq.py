@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from mmidx_builder.errors import FormatError, MissingPartnerError, ParameterError
-from mmidx_builder.fairseq import (Dictionary, LanguagePairs, batch_by_size, decode, find_language_pairs,
+from mmidx_builder.fairseq import (Dictionary, LanguagePairs, batch_by_size, find_language_pairs,
                                    max_tokens_batches, ordered_indices, pair_tables)
 from mmidx_builder.format import Flavour, IndexedFile, IndexedFileWriter
 
@@ -95,14 +95,14 @@ def test_dictionary_round_trip(tmp_path):
 def test_decode_joins_sentencepiece_pieces_as_fairseq_string_does(tmp_path):
     d = Dictionary.load(write_dictionary(tmp_path / "dict.txt", ["\u2581Hel", "lo", "\u2581wor", "ld", "!"]))
     ids = [d.bos_index] + [d.index(p) for p in ["\u2581Hel", "lo", "\u2581wor", "ld", "!"]] + [d.eos_index]
-    assert decode(ids, d, "sentencepiece") == "Hello world!"
-    assert decode(ids, d) == "\u2581Hel lo \u2581wor ld !"
-    assert decode([d.index("\u2581Hel"), 999, d.unk_index], d, "sentencepiece") == "Hel<unk><unk>"
+    assert d.string(ids, "sentencepiece") == "Hello world!"
+    assert d.string(ids) == "\u2581Hel lo \u2581wor ld !"
+    assert d.string([d.index("\u2581Hel"), 999, d.unk_index], "sentencepiece") == "Hel<unk><unk>"
     assert d.string(ids, include_eos=True) == "\u2581Hel lo \u2581wor ld ! </s>"
     subword = Dictionary.load(write_dictionary(tmp_path / "bpe.txt", ["un@@", "believ@@", "able", "news"]))
-    assert decode(subword.encode(["un@@", "believ@@", "able", "news"]), subword, "subword_nmt") == "unbelievable news"
+    assert subword.string(subword.encode(["un@@", "believ@@", "able", "news"]), "subword_nmt") == "unbelievable news"
     with pytest.raises(ParameterError):
-        decode([4], d, "klingon")
+        d.string([4], "klingon")
 
 
 # --- finding and reading pairs ----------------------------------------------------------------

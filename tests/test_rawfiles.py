@@ -8,7 +8,7 @@ import pytest
 
 from mmidx_builder.errors import FormatError, ParameterError
 from mmidx_builder.format import IndexedFileWriter, IndexedFile
-from mmidx_builder.rawfiles import (RawFiles, diff_chunks, diff_samples, diff_tables, eof_id, labels_for,
+from mmidx_builder.rawfiles import (RawFiles, diff_chunks, diff_samples, eof_id, labels_for,
                                     token_dtype)
 
 N_BYTES = (1, 2, 3, 4)
@@ -133,7 +133,7 @@ def test_raw_files_read_like_an_indexed_file_of_the_same_documents(tmp_path, fil
 
 
 def test_concat_style_samples_as_the_indexed_file_would(tmp_path, files):
-    sampling = pytest.importorskip("mmidx_builder.sampling")
+    from mmidx_builder import sampling
     if not hasattr(sampling, "build_indices") or not hasattr(sampling, "assemble_samples"):
         pytest.skip("sampling.build_indices / assemble_samples not there yet")
     raw = RawFiles(files, 2)
@@ -228,23 +228,3 @@ def test_integer_labels_sort_as_numbers(tmp_path):
     assert names == ["2", "10"] and ids.tolist() == [1, 0]
 
 
-def test_diff_tables_carry_path_and_label(tmp_path):
-    paths = []
-    for i, (name, size) in enumerate([("cat", 10), ("dog", 0), ("cat", 33)]):
-        (tmp_path / name).mkdir(exist_ok=True)
-        path = tmp_path / name / f"{i}.raw"
-        path.write_bytes(bytes(range(size)))
-        paths.append(str(path))
-    raw = RawFiles(paths, 1)
-    names, label_ids = labels_for(paths)
-    tables = list(diff_tables(raw, 8, label_ids=label_ids, batch_size=3))
-    rows = [r for t in tables for r in t.to_pylist()]
-    file_ids, offsets = diff_chunks(raw, 8)
-    samples = diff_samples(raw, file_ids, offsets, 8)
-    assert len(rows) == len(file_ids) == 2 + 1 + 5
-    assert [r["path"] for r in rows] == [paths[i] for i in file_ids]
-    assert [names[r["label"]] for r in rows] == [["cat", "dog", "cat"][i] for i in file_ids]
-    assert [r["input_ids"] for r in rows] == samples.tolist()
-    assert str(tables[0].schema.field("input_ids").type) == "fixed_size_list<item: uint16>[8]"
-    part = list(diff_tables(raw, 8, start=2, stop=4))
-    assert [r["input_ids"] for t in part for r in t.to_pylist()] == samples[2:4].tolist()

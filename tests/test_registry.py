@@ -1,25 +1,27 @@
 """One test per datasets-internal entry the registry touches: a datasets upgrade that moves
 or renames one of them fails here, naming it, instead of failing users."""
 
-import importlib
 import subprocess
 import sys
 
 import numpy as np
-import pytest
 
 import datasets.load
 import datasets.packaged_modules as packaged
 
 import mmidx_builder
 from mmidx_builder.format import IndexedFileWriter
-from mmidx_builder.registry import BUILDER_NAME
+from mmidx_builder.hf import registry
+from mmidx_builder.hf.registry import BUILDER_MODULES, FRONT_DOOR
 
 
-def test_packaged_module_entry_points_at_the_builder_module():
-    module_path, code_hash = packaged._PACKAGED_DATASETS_MODULES[BUILDER_NAME]
-    assert module_path == "mmidx_builder.mmidx" and code_hash == mmidx_builder.mmidx.PACKAGE_SOURCE_HASH
-    assert datasets.load.import_main_class(module_path) is mmidx_builder.MMIdx
+def test_packaged_module_entries_point_at_the_builder_modules():
+    for name in BUILDER_MODULES:
+        module_path, code_hash = packaged._PACKAGED_DATASETS_MODULES[name]
+        assert module_path == f"mmidx_builder.hf.{name}" and code_hash == registry.package_source_hash()
+        builder = datasets.load.import_main_class(module_path)
+        assert builder.__module__ == module_path, name
+    assert datasets.load.import_main_class("mmidx_builder.hf.mmidx") is mmidx_builder.MMIdx
 
 
 def test_load_py_sees_the_same_tables_not_copies():
@@ -29,38 +31,70 @@ def test_load_py_sees_the_same_tables_not_copies():
         assert getattr(datasets.load, name) is getattr(packaged, name), name
 
 
-def test_bin_extension_maps_to_the_builder_and_idx_is_left_to_lance():
-    assert packaged._EXTENSION_TO_MODULE[".bin"] == (BUILDER_NAME, {})
+def test_bin_extension_maps_to_the_front_door_and_idx_is_left_to_lance():
+    assert packaged._EXTENSION_TO_MODULE[".bin"] == (FRONT_DOOR, {})
     assert ".bin" in packaged._ALL_EXTENSIONS and ".bin" in packaged._ALL_ALLOWED_EXTENSIONS
-    assert packaged._MODULE_TO_EXTENSIONS[BUILDER_NAME] == [".bin", ".zip"]
-    assert packaged._MODULE_TO_METADATA_EXTENSIONS[BUILDER_NAME] == []
-    assert packaged._MODULE_TO_METADATA_FILE_NAMES[BUILDER_NAME] == []
-    assert packaged._EXTENSION_TO_MODULE.get(".idx", (None,))[0] != BUILDER_NAME
+    for name in BUILDER_MODULES:
+        assert packaged._MODULE_TO_EXTENSIONS[name] == [".bin", ".zip"]
+        assert packaged._MODULE_TO_METADATA_EXTENSIONS[name] == []
+        assert packaged._MODULE_TO_METADATA_FILE_NAMES[name] == []
+    assert packaged._EXTENSION_TO_MODULE.get(".idx", (None,))[0] not in BUILDER_MODULES
 
 
 def test_registration_is_idempotent():
     before = (list(packaged._ALL_EXTENSIONS), list(packaged._ALL_ALLOWED_EXTENSIONS))
-    mmidx_builder.registry.register()
+    registry.register()
     assert (list(packaged._ALL_EXTENSIONS), list(packaged._ALL_ALLOWED_EXTENSIONS)) == before
 
 
-def test_folder_module_inference_picks_the_builder(tmp_path):
+def test_folder_module_inference_picks_the_front_door(tmp_path):
     with IndexedFileWriter(tmp_path / "train", dtype=np.uint16) as writer:
         writer.add_document(list(range(50)))
     module = datasets.load.dataset_module_factory(str(tmp_path))
-    assert module.module_path == "mmidx_builder.mmidx"
+    assert module.module_path == "mmidx_builder.hf.mmidx"
     (config,) = module.builder_configs_parameters.builder_configs
     assert [str(f).rsplit("/", 1)[-1] for f in config.data_files["train"]] == ["train.bin"]
 
 
 def test_named_module_factory(tmp_path):
     (tmp_path / "x.bin").write_bytes(b"")
-    module = datasets.load.dataset_module_factory(BUILDER_NAME, data_files={"train": str(tmp_path / "x.bin")})
-    assert module.module_path == "mmidx_builder.mmidx"
+    module = datasets.load.dataset_module_factory(FRONT_DOOR, data_files={"train": str(tmp_path / "x.bin")})
+    assert module.module_path == "mmidx_builder.hf.mmidx"
 
 
-def test_without_import_the_builder_is_unknown(tmp_path):
-    """The registration is what makes it work: a fresh interpreter without the import fails."""
-    code = "import datasets; datasets.load_dataset('mmidx', data_files='x.bin')"
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
-    assert result.returncode != 0
+def _run(code: str, cwd) -> subprocess.CompletedProcess:
+    # HF_HUB_OFFLINE: an unknown name must fail at once, not after Hub retries.
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=cwd,
+                          env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"})
+
+
+def test_without_the_import_the_builder_is_unknown_and_with_it_known(tmp_path):
+    """The registration is what makes it work: the same call in a fresh interpreter fails
+    without the import (datasets does not know the name) and succeeds with it."""
+    IndexedFileWriter(tmp_path / "x", dtype=np.uint16).close()
+    with IndexedFileWriter(tmp_path / "x", dtype=np.uint16) as writer:
+        writer.add_document(list(range(40)))
+    call = "ds = datasets.load_dataset('mmidx', data_files='x.bin', seq_length=8, split='train', cache_dir='c')"
+    without = _run(f"import datasets; {call}", tmp_path)
+    assert without.returncode != 0 and "mmidx" in without.stderr
+    with_import = _run(f"import mmidx_builder, datasets; {call}; print(ds.num_rows)", tmp_path)
+    assert with_import.returncode == 0, with_import.stderr
+    assert with_import.stdout.split()[-1] == str((40 - 1) // 8)
+
+
+def test_import_order_does_not_matter(tmp_path):
+    """Registration waits for datasets when the package is imported first, and is immediate
+    when datasets was imported first."""
+    check = ("import datasets.packaged_modules as p; "
+             "assert p._PACKAGED_DATASETS_MODULES['mmidx'][0] == 'mmidx_builder.hf.mmidx'")
+    for code in (f"import mmidx_builder; import datasets; {check}", f"import datasets; import mmidx_builder; {check}"):
+        result = _run(code, tmp_path)
+        assert result.returncode == 0, result.stderr
+
+
+def test_the_format_layer_does_not_import_datasets(tmp_path):
+    result = _run("import sys, mmidx_builder.format, mmidx_builder.sampling, mmidx_builder.rawfiles; "
+                  "print(sorted(m for m in sys.modules if m.split('.')[0] in ('datasets', 'pyarrow', 'torch')))",
+                  tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"

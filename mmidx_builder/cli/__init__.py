@@ -1,0 +1,42 @@
+"""The ``mmidx`` command. Thin: each subcommand parses, calls the library, prints.
+
+argparse lives here and only here; the library takes plain arguments. Every subcommand
+catches only the package's own :class:`MMIdxError` (and OS errors such as a missing file)
+and prints it as one line with exit code 1, never a traceback. Command modules import the
+library inside their handlers, so ``mmidx inspect`` starts without importing ``datasets``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..errors import MMIdxError
+from . import convert, files, publish
+
+# One line per command module; a new one adds itself here.
+COMMAND_MODULES = (files, convert, publish)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mmidx", description="Indexed token files (.bin/.idx) for training.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    for module in COMMAND_MODULES:
+        module.add_commands(commands)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.run(args)
+    except BrokenPipeError:  # `mmidx show ... | head` closed the pipe: not an error
+        return 0
+    except (MMIdxError, OSError) as error:
+        print(f"mmidx {args.command}: error: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,56 @@
+"""``mmidx convert`` and ``mmidx merge``: Megatron's preprocess_data.py and merge_datasets."""
+
+from __future__ import annotations
+
+def add_commands(commands) -> None:
+    """``mmidx convert`` and ``mmidx merge``."""
+    p = commands.add_parser("convert", help="tokenize text (JSON lines, Parquet, text, hf:) into .bin/.idx",
+                            description="Megatron's preprocess_data.py: writes PREFIX_KEY_document.bin/.idx "
+                                        "per JSON key.")
+    p.add_argument("inputs", nargs="+", metavar="INPUT",
+                   help="*.jsonl/.json[.gz|.bz2|.xz|.zst], *.parquet, *.txt, or hf:NAME_OR_PATH[:SPLIT]")
+    p.add_argument("--output-prefix", required=True, metavar="PREFIX")
+    p.add_argument("--tokenizer", required=True, metavar="T",
+                   help="tokenizer.json (or its folder), a sentencepiece .model, 'bytes', or 'none' "
+                        "(inputs hold token-id lists)")
+    p.add_argument("--json-keys", nargs="+", default=["text"], metavar="KEY", help="default: text")
+    p.add_argument("--append-eod", action="store_true", help="end every non-empty document with the EOD id")
+    p.add_argument("--eod-id", type=int, help="overrides the tokenizer's end-of-document id")
+    p.add_argument("--vocab-size", type=int, help="for --tokenizer none: sets the dtype (uint16 below 65500)")
+    p.add_argument("--workers", type=int, default=1, help="tokenizing processes (default 1)")
+    p.add_argument("--num-shards", type=int, default=1, metavar="K", help="cut the input into K slices ...")
+    p.add_argument("--shard-index", type=int, default=0, metavar="I", help="... and convert slice I")
+    p.add_argument("--one-document-per-file", action="store_true", help=".txt: a whole file is one document")
+    p.add_argument("--streaming", action="store_true", help="hf: inputs: load_dataset(streaming=True)")
+    p.add_argument("--skip-bad-records", action="store_true", help="count and report bad records, do not stop")
+    p.add_argument("--overwrite", action="store_true", help="replace existing outputs")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(run=_run_convert)
+
+    p = commands.add_parser("merge", help="join .bin/.idx pairs in order (Megatron's merge_datasets)")
+    p.add_argument("prefixes", nargs="+", metavar="PREFIX", help="pairs to join, in this order")
+    p.add_argument("--output-prefix", required=True, metavar="P")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing output")
+    p.set_defaults(run=_run_merge)
+
+
+def _run_convert(args) -> None:
+    from ..convert import convert
+
+    summary = convert(args.inputs, args.output_prefix, args.tokenizer, json_keys=args.json_keys,
+                      append_eod=args.append_eod, eod_id=args.eod_id, vocab_size=args.vocab_size,
+                      workers=args.workers, num_shards=args.num_shards, shard_index=args.shard_index,
+                      one_document_per_file=args.one_document_per_file, streaming=args.streaming,
+                      skip_bad_records=args.skip_bad_records, overwrite=args.overwrite,
+                      progress=not args.no_progress)
+    print(summary.table())
+
+
+def _run_merge(args) -> None:
+    from ..convert import merge
+    from ..format import IndexedFile
+
+    prefix = merge(args.prefixes, args.output_prefix, overwrite=args.overwrite)
+    merged = IndexedFile.open(prefix)
+    print(f"wrote {prefix}.bin/.idx: {merged.num_documents:,} documents, {merged.num_tokens:,} tokens "
+          f"from {len(args.prefixes)} pair(s)")

@@ -1,0 +1,122 @@
+"""``mmidx inspect``, ``mmidx show`` and ``mmidx samples``: what a pair holds and what training sees.
+
+Imports are inside the commands: ``mmidx inspect`` must start fast, and neither it nor
+``show`` needs more than numpy and the format layer.
+"""
+
+from __future__ import annotations
+
+import json
+
+from ..errors import ParameterError
+
+
+def add_commands(commands) -> None:
+    p = commands.add_parser("inspect", help="flavour, dtype and sizes of a .bin/.idx pair")
+    p.add_argument("path", help="PREFIX, PREFIX.bin or PREFIX.idx")
+    p.add_argument("--json", action="store_true", help="one JSON object")
+    p.set_defaults(run=_inspect)
+
+    p = commands.add_parser("show", help="the token ids of some sequences")
+    p.add_argument("path", help="PREFIX, PREFIX.bin or PREFIX.idx")
+    p.add_argument("--sequences", default="0:10", metavar="START:STOP", help="default 0:10")
+    p.add_argument("--json", action="store_true", help="one JSON list per line")
+    p.set_defaults(run=_show)
+
+    p = commands.add_parser("samples", help="what training sees: Megatron GPTDataset samples, in order")
+    p.add_argument("path", help="PREFIX, PREFIX.bin or PREFIX.idx")
+    p.add_argument("--seq-length", type=int, required=True, help="tokens per sample (Megatron's --seq-length)")
+    amount = p.add_mutually_exclusive_group()
+    amount.add_argument("--num-epochs", type=int, help="whole epochs (default: 1)")
+    amount.add_argument("--num-samples", type=int, help="samples, Megatron's way (may end inside an epoch)")
+    p.add_argument("--seed", type=int, default=1234, help="Megatron's --seed (default 1234)")
+    p.add_argument("--no-extra-token", action="store_true",
+                   help="samples of seq_length tokens without overlap (add_extra_token_to_sequence=False)")
+    p.add_argument("--first", type=int, default=3, metavar="K", help="print the first K samples (default 3)")
+    p.add_argument("--json", action="store_true", help="one JSON object with the whole index arrays")
+    p.add_argument("--save-indices", metavar="DIR", help="write the index arrays to DIR as .npy")
+    p.set_defaults(run=_samples)
+
+
+def _human_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+def _inspect(args) -> None:
+    from ..format import IndexedFile
+    from ..stats import describe
+
+    info = describe(IndexedFile.open(args.path))
+    if args.json:
+        print(json.dumps(info))
+        return
+    rows = [
+        ("prefix", info["prefix"]),
+        ("flavour", info["flavour"]),
+        ("dtype", info["dtype"]),
+        ("sequences", f"{info['num_sequences']:,}"),
+        ("documents", f"{info['num_documents']:,} ({info['empty_documents']:,} empty)"),
+        ("tokens", f"{info['num_tokens']:,}"),
+        ("document length", "- (no documents)" if info["num_documents"] == 0 else
+                            f"shortest {info['shortest_document']}, median {info['median_document']}, "
+                            f"longest {info['longest_document']}"),
+        (".idx size", f"{info['idx_bytes']:,} bytes ({_human_bytes(info['idx_bytes'])})"),
+        (".bin size", f"{info['bin_bytes']:,} bytes ({_human_bytes(info['bin_bytes'])})"),
+    ]
+    width = max(len(name) for name, _ in rows)
+    for name, value in rows:
+        print(f"{name:<{width}}  {value}")
+
+
+def _parse_range(text: str, count: int) -> range:
+    try:
+        start, _, stop = text.partition(":")
+        return range(count)[slice(int(start) if start else None, int(stop) if stop else None)]
+    except ValueError:
+        raise ParameterError(f"--sequences takes START:STOP (e.g. 0:10), got {text!r}") from None
+
+
+def _show(args) -> None:
+    from ..format import IndexedFile
+
+    indexed = IndexedFile.open(args.path)
+    for i in _parse_range(args.sequences, indexed.num_sequences):
+        tokens = indexed.sequence(i).tolist()
+        print(json.dumps(tokens) if args.json else f"{i}\t{' '.join(map(str, tokens))}")
+
+
+def _samples(args) -> None:
+    import numpy as np
+
+    from .. import sampling
+    from ..format import IndexedFile
+
+    indexed = IndexedFile.open(args.path)
+    if args.first < 0:
+        raise ParameterError(f"--first takes a count of samples to print, 0 or more, got {args.first}")
+    indices = sampling.build_indices(indexed.sequence_lengths, seq_length=args.seq_length, seed=args.seed,
+                                     num_epochs=args.num_epochs, num_samples=args.num_samples,
+                                     add_extra_token=not args.no_extra_token)
+    if args.save_indices:
+        sampling.save_indices(indices, args.save_indices)
+    samples = sampling.assemble_samples(indexed, indices, np.arange(min(args.first, indices.num_samples)))
+    if args.json:
+        print(json.dumps({
+            "num_epochs": indices.num_epochs, "num_samples": indices.num_samples,
+            "separate_final_epoch": indices.separate_final_epoch,
+            "document_index": indices.document_index.tolist(), "sample_index": indices.sample_index.tolist(),
+            "shuffle_index": indices.shuffle_index.tolist(), "samples": samples.tolist()}))
+        return
+    extra = int(indices.add_extra_token)
+    print(f"epochs                {indices.num_epochs}")
+    print(f"samples               {indices.num_samples:,} (the epochs hold {indices.total_samples:,})")
+    print(f"sample length         {indices.sample_length} tokens (seq_length {indices.seq_length} + {extra} extra)")
+    print(f"separate final epoch  {'yes' if indices.separate_final_epoch else 'no'}")
+    for i, tokens in enumerate(samples.tolist()):
+        print(f"{i}\t{' '.join(map(str, tokens))}")
+
+

@@ -1,0 +1,57 @@
+"""``mmidx card`` and ``mmidx upload`` (also the top-level hub_upload.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def _add_card_settings(parser) -> None:
+    """The card options; each left out keeps what the existing card says."""
+    parser.add_argument("--seq-length", type=int, help="default seq_length written into configs (default 2048)")
+    parser.add_argument("--tokenizer", help="which tokenizer made the ids, e.g. 'gpt2 (tiktoken)'")
+    parser.add_argument("--made-with", help="how the data was made, one line")
+    parser.add_argument("--license", help="license id for the metadata (default 'other')")
+    parser.add_argument("--pretty-name", help="title of the card (default: the folder's name)")
+
+
+def _card_settings(args):
+    from ..card import CardSettings
+
+    return CardSettings(seq_length=args.seq_length, tokenizer=args.tokenizer, made_with=args.made_with,
+                        license=args.license, pretty_name=args.pretty_name, repo_id=getattr(args, "repo_id", None))
+
+
+def add_commands(commands) -> None:
+    p = commands.add_parser("card", help="write DIR/README.md, a dataset card computed from the pairs")
+    p.add_argument("directory", metavar="DIR", help="folder of .bin/.idx pairs")
+    p.add_argument("--repo-id", help="Hub repo id to show in the loading code (default USER/REPO)")
+    _add_card_settings(p)
+    p.set_defaults(run=_run_card)
+
+    p = commands.add_parser("upload", help="publish DIR as a Hub dataset repo (writes its card first)")
+    p.add_argument("directory", metavar="DIR", help="folder of .bin/.idx pairs")
+    p.add_argument("--repo-id", required=True, help="dataset repo, NAMESPACE/NAME")
+    p.add_argument("--private", action="store_true",
+                   help="create the repo private (an existing repo keeps its visibility)")
+    p.add_argument("--revision", help="branch to commit to (created if missing; default main)")
+    p.add_argument("--commit-message", help="default: 'Upload .bin/.idx token files with mmidx'")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print every file, its size and what would happen; no network")
+    _add_card_settings(p)
+    p.set_defaults(run=_run_upload)
+
+
+def _run_card(args) -> None:
+    from ..card import HISTOGRAM_NAME, README_NAME, write_card
+
+    rendered = write_card(args.directory, _card_settings(args))
+    rows = sum(s.num_examples for s in rendered.splits)
+    print(f"wrote {Path(args.directory) / README_NAME} and {HISTOGRAM_NAME}: "
+          f"{len(rendered.splits)} split(s), {rows:,} rows of seq_length {rendered.settings.seq_length}")
+
+
+def _run_upload(args) -> None:
+    from ..hub import upload
+
+    upload(args.directory, args.repo_id, private=args.private, revision=args.revision,
+           commit_message=args.commit_message, dry_run=args.dry_run, settings=_card_settings(args))

@@ -1,0 +1,424 @@
+"""What every mmidx builder shares; each source kind's module adds only what is its own.
+
+    BaseConfig / BaseBuilder       every kind: num_shards, validation on every setattr path,
+                                   a cache hash that covers this package's source and the data
+                                   files' identity (both files of a pair), checksums on request,
+                                   splits cut into contiguous shard ranges, tables made one
+                                   ahead in a thread
+    GPTConfig / GPTSamplesBuilder  kinds whose rows are Megatron GPTDataset samples over a
+                                   token source (.bin/.idx pairs, raw files): the sampling
+                                   settings, the index cache, the ``input_ids`` tables
+
+A kind subclasses one of these and says how a split's files become its source; it never
+branches on another kind. Streaming patches ``open`` in this module too (datasets patches
+the modules of a builder's base classes), so the opener handed to the format layer here
+reads remote files.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import datasets
+import numpy as np
+import pyarrow as pa
+
+from .. import sampling
+from .._io import file_identity, is_remote
+from ..dtypes import cast_tokens, integer_dtype
+from ..errors import MissingPartnerError, ParameterError
+from ..format import split_prefix
+from . import registry
+from .registry import cache_root, record_checksums
+
+logger = datasets.utils.logging.get_logger(__name__)
+
+# Rows per Arrow table: large enough to amortise per-table costs, small enough that a
+# table of 2,049-token samples stays a few MB.
+ROWS_PER_TABLE = 1000
+# Default shard count: a split is cut into this many ranges of its training order (fewer
+# if it has fewer rows). 960 = 2**6 * 3 * 5 divides by the usual world sizes (1-6, 8, 10,
+# 12, 16, 32, 64...), so split_dataset_by_node reads whole shards instead of every rank
+# reading everything.
+DEFAULT_NUM_SHARDS = 960
+INDEX_CACHE_FOLDER = "mmidx_indices"
+
+
+def check_integer(name: str, value, minimum: int | None = None) -> None:
+    """``value`` is None or an integer (not a bool) of at least ``minimum``."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ParameterError(f"{name} must be an integer, got {value!r}")
+    if minimum is not None and value < minimum:
+        raise ParameterError(f"{name} must be at least {minimum}, got {value}")
+
+
+def shard_ranges(num_rows: int, num_shards: int) -> list[tuple[int, int]]:
+    """``num_shards`` contiguous ranges of ``range(num_rows)``, sizes differing by at most
+    one, larger first: any round-robin assignment of shards to ranks then gives ranks row
+    counts that differ by at most one."""
+    num_shards = max(1, min(num_shards, num_rows))
+    size, extra = divmod(num_rows, num_shards)
+    bounds = np.cumsum([0] + [size + (i < extra) for i in range(num_shards)])
+    return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def one_ahead(make, batches):
+    """Yields ``(key, make(rows))`` while the next table is being made in a worker thread,
+    so gathering tokens overlaps with what the caller does with the table (datasets writing
+    it to the Arrow cache). numpy's copies and file I/O release the GIL. Streaming asks for
+    one shard (often one table) at a time: nothing to overlap then, and a thread only costs."""
+    if len(batches) < 2:
+        for key, rows in batches:
+            yield key, make(rows)
+        return
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pending = None
+        for key, rows in batches:
+            future = pool.submit(make, rows)
+            if pending is not None:
+                yield pending[0], pending[1].result()
+            pending = (key, future)
+        if pending is not None:
+            yield pending[0], pending[1].result()
+
+
+def fixed_size_lists(values: np.ndarray, length: int) -> pa.FixedSizeListArray:
+    """Rows of ``length`` values, zero-copy from a C-contiguous array."""
+    return pa.FixedSizeListArray.from_arrays(pa.array(np.ascontiguousarray(values).reshape(-1)), length)
+
+
+def sample_features(dtype: np.dtype, sample_length: int, document_structure: bool = False) -> datasets.Features:
+    """``input_ids`` as a fixed-length list of the files' own dtype (no upcast in storage)."""
+    features = {"input_ids": datasets.List(datasets.Value(np.dtype(dtype).name), length=sample_length)}
+    if document_structure:
+        features["position_ids"] = datasets.List(datasets.Value("int32"), length=sample_length)
+        features["piece_lengths"] = datasets.List(datasets.Value("int32"))
+    return datasets.Features(features)
+
+
+def identity_paths(files) -> list[str]:
+    """The files whose identity stands for ``files``' contents: each file, and the .idx
+    partner of each local .bin (a rewritten .idx changes the samples too)."""
+    paths = []
+    for f in map(str, files):
+        if is_remote(f):
+            paths.append(f)
+        elif os.path.exists(f):
+            paths.append(f)
+            partner = split_prefix(f) + ".idx"
+            if f.endswith(".bin") and os.path.isfile(partner):
+                paths.append(partner)
+    return paths
+
+
+def pair_data_files(split: str, files: list[str]) -> list[tuple[str, str]]:
+    """(bin, idx) per pair, in the given order, matched on the original names. A local
+    .bin without its .idx (or the reverse) is named before anything is read."""
+    prefixes, seen = [], set()
+    bins = {split_prefix(f) for f in files if f.endswith(".bin")}
+    for f in files:
+        if not f.endswith((".bin", ".idx")):
+            raise ParameterError(f"split {split!r}: {f} is neither a .bin nor an .idx file; "
+                                 "list the .bin files of .bin/.idx pairs (or set n_bytes for raw files)")
+        prefix = split_prefix(f)
+        if f.endswith(".idx") and prefix not in bins:
+            raise MissingPartnerError(prefix + ".bin", "file", f"the partner of {f}", "it is not among the data files",
+                                      hint="list .bin files (each is paired with its .idx) or both files of each pair")
+        if prefix not in seen:
+            seen.add(prefix)
+            prefixes.append(prefix)
+    pairs = [(p + ".bin", p + ".idx") for p in prefixes]
+    for bin_path, idx_path in pairs:
+        if is_remote(bin_path):
+            continue  # IndexedFile.open checks remote partners through the opener
+        there = {p: os.path.isfile(p) for p in (bin_path, idx_path)}
+        if not all(there.values()):
+            present, missing = (bin_path, idx_path) if there[bin_path] else (idx_path, bin_path)
+            raise MissingPartnerError(missing, "file", f"the partner of {present}", "no such file",
+                                      hint="a .bin/.idx pair needs both files")
+    return pairs
+
+
+def ranged(opener):
+    """The opener for remote token reads. Samples are a few KB at random places: fsspec's
+    read-ahead blocks (MBs) would fetch far more than they hold, so each read asks for
+    exactly its bytes (the readers merge neighbouring pieces into one request)."""
+    return functools.partial(opener, cache_type="none")
+
+
+def split_files(config) -> dict[str, list[str]]:
+    """The config's data files as {split: [path, ...]}, or a clear error when there are none."""
+    data_files = config.data_files or {}
+    empty = [str(split) for split, files in data_files.items() if not files]
+    if not data_files or empty:
+        raise ParameterError("no data files: give data_files (the .bin files of .bin/.idx pairs) or a folder "
+                             f"that holds them, got data_files={dict(data_files) if data_files else data_files}"
+                             + (f" (no file matched for split(s) {empty})" if empty else ""))
+    return {str(split): [str(f) for f in files] for split, files in data_files.items()}
+
+
+@dataclass
+class BaseConfig(datasets.BuilderConfig):
+    """Settings every kind has.
+
+    Args:
+        num_shards (`int`, optional): contiguous ranges of each split's rows; defaults to
+            ``min(960, rows)``.
+        features (`Features`, optional): overrides the inferred features.
+    """
+
+    num_shards: int | None = None
+    features: datasets.Features | None = None
+
+    def __post_init__(self):
+        super().__post_init__()
+        self.validate()
+
+    def validate(self) -> None:
+        """Raises ParameterError for a setting that cannot work. Also called by the builder:
+        ``load_dataset`` sets call kwargs on a copied config with setattr, past __post_init__."""
+        check_integer("num_shards", self.num_shards, 1)
+
+
+class BaseBuilder(datasets.ArrowBasedBuilder):
+    """Shared mechanics; a kind implements ``_split_generators`` and ``_make_tables``."""
+
+    BUILDER_CONFIG_CLASS = BaseConfig
+
+    def _create_builder_config(self, *args, **kwargs):
+        builder_config, config_id = super()._create_builder_config(*args, **kwargs)
+        builder_config.validate()
+        # The cache hash: datasets keys local files by the .bin's mtime only, which misses a
+        # rewrite whose mtime was put back and any change to an .idx. Both files' identity
+        # (inode, size, mtime, ctime) and this package's source are folded in.
+        digest = hashlib.sha256(f"{self.hash}:{registry.package_source_hash()}".encode())
+        for path in self._identity_paths(builder_config):
+            digest.update(b"\0" + file_identity(path).encode())
+        self.hash = digest.hexdigest()[:16]
+        return builder_config, config_id
+
+    @staticmethod
+    def _identity_paths(config) -> list[str]:
+        return identity_paths([f for files in (config.data_files or {}).values() for f in files])
+
+    def download_and_prepare(self, *args, verification_mode=None, **kwargs):
+        mode = datasets.VerificationMode(verification_mode or datasets.VerificationMode.BASIC_CHECKS)
+        record_checksums(self, mode == datasets.VerificationMode.ALL_CHECKS)
+        return super().download_and_prepare(*args, verification_mode=verification_mode, **kwargs)
+
+    def _info(self):
+        return datasets.DatasetInfo(features=self.config.features)
+
+    def _set_features(self, features: list[datasets.Features]) -> None:
+        if self.config.features is not None:
+            self.info.features = self.config.features
+        elif self.info.features is None:
+            distinct = [f for i, f in enumerate(features) if f not in features[:i]]
+            if len(distinct) > 1:
+                raise ParameterError(f"splits would have different features {[str(f) for f in distinct]}: "
+                                     "their token dtypes (or class labels) differ; load them separately or "
+                                     "convert them with one tokenizer")
+            self.info.features = distinct[0]
+
+    def _split_generator(self, split: str, plan, num_rows: int, what: str) -> datasets.SplitGenerator:
+        ranges = shard_ranges(num_rows, self.config.num_shards or DEFAULT_NUM_SHARDS)
+        logger.info(f"{split}: {what}, {num_rows:,} examples in {len(ranges)} shards")
+        return datasets.SplitGenerator(name=split, gen_kwargs={"plan": plan, "ranges": ranges})
+
+    def _generate_shards(self, plan, ranges: list[tuple[int, int]]):
+        for start, stop in ranges:
+            yield {"split": plan.split, "samples": (start, stop)}
+
+    def _generate_more_gen_kwargs(self, plan, ranges: list[tuple[int, int]]):
+        """For ``IterableDataset.reshard()``: each range splits in two."""
+        for start, stop in ranges:
+            middle = (start + stop) // 2
+            for part in ((start, middle), (middle, stop)):
+                if part[1] > part[0]:
+                    yield {"plan": plan, "ranges": [part]}
+
+    def _generate_tables(self, plan, ranges: list[tuple[int, int]]):
+        make_table = self._table_maker(plan)
+        batches = [(datasets.builder.Key(shard, batch), np.arange(first, min(first + ROWS_PER_TABLE, stop)))
+                   for shard, (start, stop) in enumerate(ranges)
+                   for batch, first in enumerate(range(start, stop, ROWS_PER_TABLE))]
+        yield from one_ahead(make_table, batches)
+
+    def _table_maker(self, plan):
+        """A function from row numbers (an int64 array) to the Arrow table of those rows."""
+        raise NotImplementedError
+
+
+# --- GPT samples over a token source ----------------------------------------------------
+
+@dataclass
+class GPTConfig(BaseConfig):
+    """Megatron GPTDataset sampling settings.
+
+    Args:
+        seq_length (`int`, defaults to 2048): tokens per training sample, as Megatron's
+            ``--seq-length``; each row holds ``seq_length + add_extra_token`` tokens.
+        num_epochs (`int`, optional): whole epochs over the split's sequences.
+        num_samples (`int`, optional): samples to train on, Megatron's way (may end inside
+            an epoch; the final partial epoch is shuffled apart). At most one of the two;
+            with neither, one epoch.
+        seed (`int`, defaults to 1234): Megatron's ``--seed`` for the document and sample shuffles.
+        add_extra_token (`bool`, defaults to True): Megatron's ``add_extra_token_to_sequence``:
+            samples of ``seq_length + 1`` tokens overlapping by one, so ``tokens = row[:-1]``
+            and ``labels = row[1:]``.
+        document_structure (`bool`, defaults to False): add ``position_ids`` (restarting at
+            each document inside a sample) and ``piece_lengths`` (for ``cu_seqlens``).
+        index_cache_dir (`str`, optional): where the sampling indices are cached; defaults to
+            ``<datasets cache>/mmidx_indices``.
+        dtype (`str`, optional): store ``input_ids`` as this integer dtype instead of the
+            files' own (e.g. "int64" for frameworks that want it); values must fit.
+    """
+
+    seq_length: int = 2048
+    num_epochs: int | None = None
+    num_samples: int | None = None
+    seed: int = 1234
+    add_extra_token: bool = True
+    document_structure: bool = False
+    index_cache_dir: str | None = None
+    dtype: str | None = None
+
+    def validate(self) -> None:
+        super().validate()
+        for name in ("seq_length", "num_epochs", "num_samples", "seed"):
+            check_integer(name, getattr(self, name))
+        sampling.check_settings(seq_length=self.seq_length, seed=self.seed, num_epochs=self.num_epochs,
+                                num_samples=self.num_samples)
+        if self.dtype is not None:
+            integer_dtype(self.dtype)
+
+    @property
+    def sample_length(self) -> int:
+        return self.seq_length + int(self.add_extra_token)
+
+    def sampling_kwargs(self) -> dict:
+        return dict(seq_length=self.seq_length, seed=self.seed, num_epochs=self.num_epochs,
+                    num_samples=self.num_samples, add_extra_token=self.add_extra_token)
+
+
+@dataclass(frozen=True)
+class GPTPlan:
+    """What a worker needs to produce a split's samples; small and picklable.
+
+    ``read_paths`` are where files are read from (local paths, downloads or URLs), in the
+    kind's own layout; ``identity`` names their contents (file identities) and keys the
+    in-process cache of opened sources, so a rewritten file is opened again.
+    """
+
+    split: str
+    read_paths: tuple[str, ...]
+    identity: str
+    sampling: tuple[tuple[str, object], ...]  # sampling_kwargs() as sorted items
+    index_cache_dir: str | None
+    document_structure: bool
+    dtype: str | None
+    options: tuple[tuple[str, object], ...] = ()  # the kind's own settings (e.g. n_bytes), as sorted items
+
+
+@functools.lru_cache(maxsize=8)
+def _opened(open_source, plan: GPTPlan, opener):
+    """One open source and one set of indices per process and split: streaming calls
+    _generate_tables once per shard, and re-validating the index each time would dominate.
+    Keyed by the plan, which holds the files' identity: a changed file is a new entry."""
+    source = open_source(plan, opener)
+    indices = sampling.load_or_build_indices(source.sequence_lengths, cache_dir=plan.index_cache_dir,
+                                             identity=plan.identity, **dict(plan.sampling))
+    return source, indices
+
+
+def sample_table(source, indices: sampling.SamplingIndices, sample_ids: np.ndarray,
+                 document_structure: bool, dtype: str | None = None) -> pa.Table:
+    """The rows for ``sample_ids`` (positions in the training order) as one Arrow table."""
+    tokens = cast_tokens(sampling.assemble_samples(source, indices, sample_ids), dtype)
+    columns = {"input_ids": fixed_size_lists(tokens, indices.sample_length)}
+    if document_structure:
+        position_ids, piece_lengths = sampling.document_structure(indices, source.sequence_lengths, sample_ids)
+        columns["position_ids"] = fixed_size_lists(position_ids.astype(np.int32, copy=False), indices.sample_length)
+        offsets = np.concatenate(([0], np.cumsum([len(p) for p in piece_lengths]))).astype(np.int32)
+        flat = np.concatenate(piece_lengths).astype(np.int32) if piece_lengths else np.zeros(0, np.int32)
+        columns["piece_lengths"] = pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat))
+    return pa.table(columns)
+
+
+class GPTSamplesBuilder(BaseBuilder):
+    """Rows are Megatron GPTDataset samples of a split's token source. A kind implements
+    ``_read_paths(split, files, dl_manager)`` and ``open_source(plan, opener)``."""
+
+    BUILDER_CONFIG_CLASS = GPTConfig
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._drop_card_info_that_does_not_fit()
+
+    def _drop_card_info_that_does_not_fit(self) -> None:
+        """A dataset card's ``dataset_info`` describes the samples of the card's own settings,
+        and ``datasets`` hands it over whatever the call's settings are. Keep it only while it
+        can describe what this config makes, else its features would fail the cast and its
+        split sizes the verification."""
+        if self.config.features is not None or self.info.features is None:
+            return
+        features, config = self.info.features, self.config
+        if "input_ids" in features:
+            columns = {"input_ids", "position_ids", "piece_lengths"} if config.document_structure else {"input_ids"}
+            ids = features["input_ids"]
+            fits = (getattr(ids, "length", None) == config.sample_length and set(features) == columns
+                    and (config.dtype is None or ids.feature.dtype == config.dtype))
+            if not fits:
+                self.info.features = None
+                self.info.splits = None
+        # The card cannot say which epochs or sample count its split sizes were counted for.
+        if config.num_epochs is not None or config.num_samples is not None:
+            self.info.splits = None
+
+    def _read_paths(self, split: str, files: list[str], dl_manager) -> tuple[str, ...]:
+        raise NotImplementedError
+
+    def _plan_options(self) -> dict:
+        """The kind's own settings that ``open_source`` needs (they also key the caches)."""
+        return {}
+
+    @staticmethod
+    def open_source(plan: GPTPlan, opener):
+        raise NotImplementedError
+
+    def _split_generators(self, dl_manager):
+        config = self.config
+        cache_dir = config.index_cache_dir or os.path.join(cache_root(self), INDEX_CACHE_FOLDER)
+        generators, features = [], []
+        for split, files in split_files(config).items():
+            options = tuple(sorted(self._plan_options().items()))
+            identity_parts = [f"{type(self).__name__}{options}"] + [file_identity(p) for p in identity_paths(files)]
+            plan = GPTPlan(split=split, read_paths=self._read_paths(split, files, dl_manager),
+                           identity="|".join(identity_parts), sampling=tuple(sorted(config.sampling_kwargs().items())),
+                           index_cache_dir=cache_dir, document_structure=config.document_structure,
+                           dtype=config.dtype, options=options)
+            source, indices = _opened(type(self).open_source, plan, open)
+            dtype = np.dtype(config.dtype) if config.dtype else source.dtype
+            features.append(sample_features(dtype, config.sample_length, config.document_structure))
+            generators.append(self._split_generator(split, plan, indices.num_samples, f"{len(files)} file(s)"))
+        self._set_features(features)
+        return generators
+
+    def _table_maker(self, plan: GPTPlan):
+        source, indices = _opened(type(self).open_source, plan, open)
+        return functools.partial(sample_table_for, source, indices, plan)
+
+
+def sample_table_for(source, indices, plan: GPTPlan, rows: np.ndarray) -> pa.Table:
+    return sample_table(source, indices, rows, plan.document_structure, plan.dtype)
+
+
+__all__ = ["BaseBuilder", "BaseConfig", "GPTConfig", "GPTPlan", "GPTSamplesBuilder", "check_integer",
+           "fixed_size_lists", "pair_data_files", "ranged", "sample_features", "sample_table", "shard_ranges",
+           "split_files"]

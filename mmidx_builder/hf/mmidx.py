@@ -1,0 +1,112 @@
+"""The ``mmidx`` builder: the front door that ``load_dataset("mmidx", ...)`` and
+``load_dataset(DIR)`` (a folder of ``.bin`` files) reach. It picks the source kind from the
+settings and the files, and returns that kind's builder:
+
+    kind (builder name)   module               chosen when
+    mmidx_raw_chunks      mmidx_raw_chunks.py  n_bytes is set and style="diff"
+    mmidx_raw             mmidx_raw.py         n_bytes is set
+    mmidx_fairseq         mmidx_fairseq.py     a fairseq setting is set, or every data file is
+                                               named {split}.{src}-{tgt}.{lang}.bin
+    mmidx_indexed         mmidx_indexed.py     otherwise: .bin/.idx pairs as GPT samples
+
+Each kind has its own config class and validates only its own fields; a setting that the
+chosen kind does not take raises :class:`ParameterError` naming the kinds that do. A new
+source kind is one module (a config and a builder with ``claims()``) plus one line in
+:data:`KINDS` (and its module name in registry.BUILDER_MODULES, so it loads by name too).
+
+Why a front door rather than one builder with a mode switch: ``datasets`` finds one builder
+per registered name and builds its config from the call's keywords (and from a card's
+``configs:``) before any of our code runs, so the front config accepts every kind's fields
+(:class:`MMIdxConfig`, made from the kinds' configs) and ``MMIdx.__new__`` hands them to
+the kind's own builder, which ``datasets`` then uses as if it had been named directly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import datasets
+
+from ..errors import ParameterError
+from .mmidx_fairseq import MMIdxFairseq
+from .mmidx_indexed import MMIdxIndexed
+from .mmidx_raw import MMIdxRaw
+from .mmidx_raw_chunks import MMIdxRawChunks
+
+# The first kind whose claims() is true is used.
+KINDS = (MMIdxRawChunks, MMIdxRaw, MMIdxFairseq, MMIdxIndexed)
+
+_BASE_FIELDS = {f.name for f in dataclasses.fields(datasets.BuilderConfig)}
+
+
+def kind_fields(kind) -> set[str]:
+    """The settings a kind's config declares (beyond datasets' own BuilderConfig fields)."""
+    return {f.name for f in dataclasses.fields(kind.BUILDER_CONFIG_CLASS)} - _BASE_FIELDS
+
+
+_ALL_FIELDS = sorted(set().union(*(kind_fields(kind) for kind in KINDS)))
+
+# Every kind's settings, each None ("not given"), so that datasets can build it from any
+# call or card; the chosen kind's config applies its own defaults and checks.
+MMIdxConfig = dataclasses.make_dataclass(
+    "MMIdxConfig", [(name, object, dataclasses.field(default=None)) for name in _ALL_FIELDS],
+    bases=(datasets.BuilderConfig,), namespace={"__doc__": "Any kind's settings; see the kinds' configs."})
+
+
+def choose_kind(settings: dict, files: list[str]):
+    """The builder class for ``settings`` (the settings given, None left out) and ``files``;
+    raises ParameterError for a setting the kind does not take."""
+    kind = next(k for k in KINDS if k.claims(settings, files))
+    foreign = sorted(set(settings) - kind_fields(kind))
+    if foreign:
+        name = foreign[0]
+        takers = [f"{k.KIND} ({k.__module__.rsplit('.', 1)[-1]})" for k in KINDS if name in kind_fields(k)]
+        raise ParameterError(f"{name}={settings[name]!r} does not apply to {kind.KIND} (the "
+                             f"{kind.__module__.rsplit('.', 1)[-1]} builder); it is a setting of "
+                             f"{', '.join(takers)}")
+    return kind
+
+
+class MMIdx(datasets.ArrowBasedBuilder):
+    """The front door: ``MMIdx(data_files=..., **settings)`` returns the builder of the
+    source kind those settings and files describe (see the module docstring)::
+
+        builder = MMIdx(data_files={"train": ["data/corpus_text_document.bin"]}, seq_length=2048)
+        builder.download_and_prepare(); ds = builder.as_dataset("train")
+        stream = builder.as_streaming_dataset("train")
+    """
+
+    BUILDER_CONFIG_CLASS = MMIdxConfig
+
+    def __new__(cls, *args, **kwargs):
+        if args:
+            raise TypeError("MMIdx takes keyword arguments only")
+        base = _card_config(cls, kwargs.get("config_name"))
+        settings = {name: getattr(base, name) for name in _ALL_FIELDS if base and getattr(base, name) is not None}
+        settings.update({name: kwargs.pop(name) for name in _ALL_FIELDS if kwargs.get(name) is not None})
+        for name in _ALL_FIELDS:
+            kwargs.pop(name, None)
+        for name in ("data_files", "data_dir"):
+            if kwargs.get(name) is None and base is not None and getattr(base, name) is not None:
+                kwargs[name] = getattr(base, name)
+        data_files = kwargs.get("data_files")
+        files = [str(f) for split_files in (data_files.values() if isinstance(data_files, dict) else [data_files or []])
+                 for f in ([split_files] if isinstance(split_files, str) else split_files)]
+        kind = choose_kind(settings, files)
+        return kind(**kwargs, **settings)
+
+
+def _card_config(cls, config_name):
+    """The config a card's ``configs:`` made for ``config_name`` (datasets subclasses the
+    front door with them as BUILDER_CONFIGS), or None."""
+    configs = getattr(cls, "BUILDER_CONFIGS", None) or []
+    if not configs:
+        return None
+    name = config_name or cls.DEFAULT_CONFIG_NAME or configs[0].name
+    for config in configs:
+        if config.name == name:
+            return config
+    raise ParameterError(f"config {name!r} not found; the card defines {[c.name for c in configs]}")
+
+
+__all__ = ["KINDS", "MMIdx", "MMIdxConfig", "choose_kind"]

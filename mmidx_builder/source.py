@@ -1,0 +1,157 @@
+"""The token-source seam: what sampling, blending and assembly need from any data.
+
+A token source is a list of *sequences* of token ids in one dtype (GPTDataset's
+"documents" are sequences). Every source kind implements :class:`TokenSource`:
+``.bin``/``.idx`` pairs (format.IndexedFile), raw files (rawfiles.RawFiles), their
+concatenation (:class:`Concatenated`) and a range of another source's sequences
+(:class:`SequenceRange`, Megatron's split ranges). Sampling sees only this protocol.
+
+Reads go through :func:`check_pieces` first, so no source can be asked to read outside a
+sequence, whatever the request.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+from .errors import ParameterError
+
+
+@runtime_checkable
+class TokenSource(Protocol):
+    """Sequences of token ids, readable in pieces.
+
+    ``sequence_lengths``: tokens per sequence (1-D integers). ``dtype``: the tokens' numpy
+    dtype. ``identity``: a string that changes whenever the tokens may have changed (file
+    identities, settings), for caches and fingerprints. ``read_pieces(sequence_ids, offsets,
+    lengths, out=None)``: tokens ``offsets[k]:offsets[k]+lengths[k]`` of sequence
+    ``sequence_ids[k]`` for every k, concatenated (into ``out`` if given).
+    """
+
+    sequence_lengths: np.ndarray
+    dtype: np.dtype
+    identity: str
+
+    def read_pieces(self, sequence_ids, offsets, lengths, out: np.ndarray | None = None) -> np.ndarray: ...
+
+
+def first_bad(mask: np.ndarray) -> int:
+    return int(np.flatnonzero(mask)[0])
+
+
+def check_pieces(sequence_lengths: np.ndarray, sequence_ids, offsets, lengths, out: np.ndarray | None,
+                 dtype: np.dtype, name) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Validates a ``read_pieces`` request against ``sequence_lengths`` in one vectorised pass
+    and returns it as int64 arrays, with ``out`` (allocated when None). ``name(k)`` names
+    sequence ``k`` in messages."""
+    sequence_ids, offsets, lengths = (np.asarray(a, np.int64) for a in (sequence_ids, offsets, lengths))
+    if any(a.ndim != 1 for a in (sequence_ids, offsets, lengths)) or not len(sequence_ids) == len(offsets) == len(lengths):
+        raise ParameterError("sequence_ids, offsets and lengths must be 1-D arrays of one length, got shapes "
+                             f"{sequence_ids.shape}, {offsets.shape}, {lengths.shape}")
+    if len(sequence_ids):
+        bad = (sequence_ids < 0) | (sequence_ids >= len(sequence_lengths))
+        if bad.any():
+            k = first_bad(bad)
+            raise ParameterError(f"sequence id {int(sequence_ids[k])} out of range [0, {len(sequence_lengths)})")
+        # `offsets > length - lengths`, not `offsets + lengths > length`: the sum of two
+        # huge requests wraps around in int64 and would pass.
+        bad = (offsets < 0) | (lengths < 0) | (offsets > sequence_lengths[sequence_ids] - lengths)
+        if bad.any():
+            k = first_bad(bad)
+            raise ParameterError(f"piece {k} asks for tokens [{int(offsets[k])}, {int(offsets[k]) + int(lengths[k])}) "
+                                 f"of {name(int(sequence_ids[k]))}, which has "
+                                 f"{int(sequence_lengths[sequence_ids[k]])}")
+    total = int(lengths.sum())
+    if out is None:
+        out = np.empty(total, dtype)
+    elif out.shape != (total,):
+        raise ParameterError(f"out has shape {out.shape}, expected ({total},)")
+    return sequence_ids, offsets, lengths, out
+
+
+def combined_identity(kind: str, parts: Sequence[str]) -> str:
+    digest = hashlib.sha256(kind.encode())
+    for part in parts:
+        digest.update(b"\0" + part.encode())
+    return f"{kind}:{digest.hexdigest()[:32]}"
+
+
+class Concatenated:
+    """Several sources read as one: sequences numbered across them in the given order.
+
+    Over ``.bin``/``.idx`` pairs this is what Megatron's sampling sees over their merge
+    (``merge_datasets``), so several pairs in one split sample exactly as their merge would.
+    """
+
+    def __init__(self, parts: Sequence[TokenSource]):
+        if not parts:
+            raise ParameterError("a concatenation needs at least one token source")
+        dtypes = {p.dtype for p in parts}
+        if len(dtypes) > 1:
+            found = ", ".join(f"{getattr(p, 'bin_path', p.identity)}: {p.dtype.name}" for p in parts)
+            raise ParameterError(f"files of one split must share a dtype, found {found}; "
+                                 "convert them with one tokenizer or put them in separate splits")
+        self.parts = list(parts)
+        self.dtype = parts[0].dtype
+        self.sequence_lengths = (np.concatenate([p.sequence_lengths for p in parts]) if len(parts) > 1
+                                 else parts[0].sequence_lengths)
+        # First global sequence id of each part, and the end.
+        self.first_sequence = np.cumsum([0] + [len(p.sequence_lengths) for p in parts])
+        self.identity = parts[0].identity if len(parts) == 1 else combined_identity(
+            "concatenated", [p.identity for p in parts])
+
+    @property
+    def files(self) -> list:
+        return self.parts
+
+    @property
+    def num_sequences(self) -> int:
+        return int(self.first_sequence[-1])
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.sequence_lengths.sum(dtype=np.int64))
+
+    def read_pieces(self, sequence_ids, offsets, lengths, out: np.ndarray | None = None) -> np.ndarray:
+        if len(self.parts) == 1:
+            return self.parts[0].read_pieces(sequence_ids, offsets, lengths, out)
+        sequence_ids, offsets, lengths, out = check_pieces(
+            self.sequence_lengths, sequence_ids, offsets, lengths, out, self.dtype,
+            lambda k: f"sequence {k} of the concatenation of {[p.identity for p in self.parts]}")
+        part_of = np.searchsorted(self.first_sequence, sequence_ids, side="right") - 1
+        ends = np.cumsum(lengths)
+        begins = ends - lengths
+        # Runs of consecutive pieces from one part go to that part in one call.
+        breaks = np.flatnonzero(np.diff(part_of)) + 1
+        for first, last in zip(np.concatenate(([0], breaks)).tolist(), np.concatenate((breaks, [len(part_of)])).tolist()):
+            if first == last:
+                continue
+            p = int(part_of[first])
+            self.parts[p].read_pieces(sequence_ids[first:last] - self.first_sequence[p], offsets[first:last],
+                                      lengths[first:last], out[begins[first]:ends[last - 1]])
+        return out
+
+
+class SequenceRange:
+    """Sequences ``begin:end`` of another source, renumbered from 0 (a Megatron split range)."""
+
+    def __init__(self, source: TokenSource, begin: int, end: int):
+        total = len(source.sequence_lengths)
+        if not 0 <= begin <= end <= total:
+            raise ParameterError(f"sequence range [{begin}, {end}) does not lie in [0, {total}]")
+        self.source, self.begin, self.end = source, int(begin), int(end)
+        self.dtype = source.dtype
+        self.sequence_lengths = source.sequence_lengths[begin:end]
+        self.identity = f"{source.identity}[{begin}:{end}]"
+
+    def read_pieces(self, sequence_ids, offsets, lengths, out: np.ndarray | None = None) -> np.ndarray:
+        sequence_ids, offsets, lengths, out = check_pieces(
+            self.sequence_lengths, sequence_ids, offsets, lengths, out, self.dtype,
+            lambda k: f"sequence {k} of {self.identity}")
+        return self.source.read_pieces(sequence_ids + self.begin, offsets, lengths, out)
+
+
+__all__ = ["Concatenated", "SequenceRange", "TokenSource", "check_pieces", "combined_identity", "first_bad"]
