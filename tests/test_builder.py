@@ -4,6 +4,8 @@ token for token against the sampling layer (itself checked against megatron-core
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import textwrap
 
 import numpy as np
@@ -118,13 +120,68 @@ def test_streaming_equals_prepared(corpus, cache):
 
 
 def test_builder_class_directly_needs_no_registration(corpus, tmp_path):
+    """Run where nothing registered the builders: the class itself is the stable route."""
     root, prefixes = corpus
     files = {"train": [p + ".bin" for p in prefixes["train"]]}
-    builder = MMIdx(data_files=files, seq_length=SEQ, seed=SEED, cache_dir=str(tmp_path / "direct"))
     expected, _, _ = expected_samples(prefixes["train"])
-    np.testing.assert_array_equal(rows(builder.as_streaming_dataset(split="train")), expected)
-    builder.download_and_prepare()
-    np.testing.assert_array_equal(column(builder.as_dataset(split="train"), "input_ids"), expected)
+    np.save(tmp_path / "expected.npy", expected)
+    code = textwrap.dedent(f"""
+        import sys, numpy as np
+        from mmidx_builder.hf.mmidx_indexed import MMIdxIndexed
+        from mmidx_builder.hf import registry
+        import datasets.packaged_modules as packaged
+        # mmidx_builder's __init__ ran (it registers); undo it to prove the class needs none.
+        for name in registry.BUILDER_MODULES:
+            packaged._PACKAGED_DATASETS_MODULES.pop(name)
+        builder = MMIdxIndexed(data_files={files!r}, seq_length={SEQ}, seed={SEED}, cache_dir={str(tmp_path / "c")!r})
+        expected = np.load({str(tmp_path / "expected.npy")!r})
+        streamed = np.array([row["input_ids"] for row in builder.as_streaming_dataset(split="train")])
+        builder.download_and_prepare()
+        prepared = builder.as_dataset(split="train").with_format("numpy")[:]["input_ids"]
+        assert "mmidx" not in packaged._PACKAGED_DATASETS_MODULES
+        assert np.array_equal(streamed, expected) and np.array_equal(prepared, expected)
+        """)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_front_door_returns_the_kinds_builder(corpus, tmp_path):
+    root, prefixes = corpus
+    builder = MMIdx(data_files={"train": [p + ".bin" for p in prefixes["train"]]}, seq_length=SEQ,
+                    cache_dir=str(tmp_path / "c"))
+    assert type(builder).__name__ == "MMIdxIndexed" and builder.config.seq_length == SEQ
+
+
+@pytest.mark.parametrize("option, kind", [
+    ({"n_bytes": 1, "style": "diff", "num_epochs": 5}, "mmidx_raw_chunks"),
+    ({"n_bytes": 1, "style": "diff", "seed": 3}, "mmidx_raw_chunks"),
+    ({"n_bytes": 1, "style": "diff", "document_structure": True}, "mmidx_raw_chunks"),
+    ({"source_lang": "de", "target_lang": "en", "dtype": "int64"}, "mmidx_fairseq"),
+    ({"upsample_primary": 2, "num_epochs": 5}, "mmidx_fairseq"),
+    ({"decode_text": True, "document_structure": True}, "mmidx_fairseq"),
+    ({"bpe": "sentencepiece"}, "mmidx_indexed"),  # the settings that pick fairseq are fine...
+    ({"seq_length": 8, "style": "concat"}, "mmidx_indexed"),
+    ({"seq_length": 8, "upsample_primary": 2, "num_samples": 3}, "mmidx_fairseq"),
+])
+def test_an_option_that_does_not_apply_raises_naming_the_builder(corpus, tmp_path, option, kind):
+    root, prefixes = corpus
+    files = {"train": [p + ".bin" for p in prefixes["train"]]}
+    if option == {"bpe": "sentencepiece"}:
+        # ...a fairseq setting on .bin/.idx pairs goes to the fairseq builder, which finds no pairs.
+        with pytest.raises(ParameterError, match="language-pair"):
+            load_dataset("mmidx", data_files=files, cache_dir=str(tmp_path / "c"), **option)
+        return
+    with pytest.raises(ParameterError, match=f"does not apply to .*the {kind} builder.*it is a setting of"):
+        load_dataset("mmidx", data_files=files, cache_dir=str(tmp_path / "c"), **option)
+
+
+def test_a_kind_builder_rejects_foreign_settings_itself(corpus, tmp_path):
+    from mmidx_builder.hf.mmidx_fairseq import MMIdxFairseq
+
+    root, prefixes = corpus
+    with pytest.raises((ParameterError, TypeError, ValueError), match="num_epochs"):
+        MMIdxFairseq(data_files={"train": [prefixes["train"][0] + ".bin"]}, num_epochs=2,
+                     cache_dir=str(tmp_path / "c"))
 
 
 def test_fast_tables_equal_the_reference_generator(corpus):
