@@ -25,3 +25,46 @@ def megatron():
     oracle.gpt_dataset = gpt_dataset
     oracle.helpers = helpers
     return oracle
+
+
+# --- shared data makers: every test file builds its corpora with these -------------------
+
+def _random_documents(rng, lengths, vocab=60_000):
+    """One random document per length (token ids below ``vocab``)."""
+    return [rng.integers(0, vocab, size=int(n)) for n in lengths]
+
+
+def _awkward_lengths(rng, count, seq_length, high=40):
+    """Random lengths with the edge cases every sampler must survive: an empty document
+    and one longer than several samples (and, from the random draw, more empties)."""
+    lengths = rng.integers(0, high, size=count)
+    lengths[min(3, count - 1)] = 0
+    lengths[min(5, count - 1)] = 5 * seq_length + 3
+    return lengths
+
+
+@pytest.fixture(scope="session")
+def random_documents():
+    """``random_documents(rng, lengths, vocab=60000)`` -> list of int64 arrays."""
+    return _random_documents
+
+
+@pytest.fixture(scope="session")
+def awkward_lengths():
+    """``awkward_lengths(rng, count, seq_length)`` -> lengths with an empty and a very long document."""
+    return _awkward_lengths
+
+
+@pytest.fixture(scope="session")
+def write_corpus():
+    """``write_corpus(folder, {name: documents}, dtype=np.uint16)`` writes one pair per name
+    (Megatron flavour) and returns {name: prefix}."""
+    import numpy as np
+
+    from mmidx_builder.format import write_documents
+
+    def write(folder, named_documents, dtype=np.uint16):
+        return {name: write_documents(os.path.join(str(folder), name), documents, dtype=dtype)
+                for name, documents in named_documents.items()}
+
+    return write

@@ -18,7 +18,7 @@ from datasets.distributed import split_dataset_by_node
 import mmidx_builder
 from mmidx_builder import sampling
 from mmidx_builder.errors import MissingPartnerError, MMIdxError, ParameterError
-from mmidx_builder.format import ConcatenatedFiles, IndexedFile, IndexedFileWriter
+from mmidx_builder.format import ConcatenatedFiles, IndexedFile, IndexedFileWriter, write_documents
 from mmidx_builder import MMIdx
 from mmidx_builder.hf.common import shard_ranges
 
@@ -28,31 +28,15 @@ SEQ = 16
 SEED = 77
 
 
-def _random_documents(rng, count, vocab=3000):
-    lengths = rng.integers(0, 40, size=count)
-    lengths[3] = 0            # an empty document
-    lengths[5] = 5 * SEQ + 3  # a document longer than several samples
-    return [rng.integers(0, vocab, size=n) for n in lengths]
-
-
-def _write(prefix, documents, dtype=np.uint16):
-    with IndexedFileWriter(prefix, dtype=dtype) as writer:
-        for document in documents:
-            writer.add_document(document)
-    return str(prefix)
-
-
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
+def corpus(tmp_path_factory, random_documents, awkward_lengths, write_corpus):
     """A folder with a train split of two pairs (117 + 60 documents) and a validation pair."""
     root = tmp_path_factory.mktemp("corpus")
     rng = np.random.default_rng(0)
-    prefixes = {
-        "train": [_write(root / "train-00000", _random_documents(rng, 117)),
-                  _write(root / "train-00001", _random_documents(rng, 60))],
-        "validation": [_write(root / "validation", _random_documents(rng, 41))],
-    }
-    return root, prefixes
+    names = {"train-00000": 117, "train-00001": 60, "validation": 41}
+    written = write_corpus(root, {name: random_documents(rng, awkward_lengths(rng, count, SEQ), vocab=3000)
+                                  for name, count in names.items()})
+    return root, {"train": [written["train-00000"], written["train-00001"]], "validation": [written["validation"]]}
 
 
 def expected_samples(prefixes, **params):
@@ -331,10 +315,10 @@ def test_verification_records_checksums_and_checks_split_sizes(tmp_path, corpus,
     load_dataset(str(folder), cache_dir=cache, verification_mode="no_checks")
 
 
-def test_streaming_over_http_reads_ranges_not_whole_files(tmp_path, cache):
+def test_streaming_over_http_reads_ranges_not_whole_files(tmp_path, cache, random_documents):
     rng = np.random.default_rng(3)
-    big = [rng.integers(0, 60000, size=n) for n in rng.integers(200, 2000, size=6000)]
-    prefix = _write(tmp_path / "served" / "train_text_document", big)
+    big = random_documents(rng, rng.integers(200, 2000, size=6000))
+    prefix = write_documents(tmp_path / "served" / "train_text_document", big, dtype=np.uint16)
     bin_size = os.path.getsize(prefix + ".bin")
     with RangeServer(tmp_path / "served") as server:
         stream = load_dataset("mmidx", data_files={"train": server.url + "/train_text_document.bin"},
@@ -540,16 +524,16 @@ def test_unpaired_bin(corpus, tmp_path, cache):
         load_dataset(str(tmp_path), seq_length=SEQ, cache_dir=cache)
 
 
-def test_mixed_dtypes_in_one_split(tmp_path, cache):
+def test_mixed_dtypes_in_one_split(tmp_path, cache, random_documents):
     rng = np.random.default_rng(1)
-    _write(tmp_path / "train-a", _random_documents(rng, 20), dtype=np.uint16)
-    _write(tmp_path / "train-b", _random_documents(rng, 20), dtype=np.int32)
+    write_documents(tmp_path / "train-a", random_documents(rng, [5] * 20, vocab=3000), dtype=np.uint16)
+    write_documents(tmp_path / "train-b", random_documents(rng, [5] * 20, vocab=3000), dtype=np.int32)
     with pytest.raises(ParameterError, match="dtype"):
         load_dataset(str(tmp_path), seq_length=SEQ, cache_dir=cache)
 
 
 def test_seq_length_larger_than_the_split(tmp_path, cache):
-    _write(tmp_path / "train", [[1, 2, 3], [4, 5]])
+    write_documents(tmp_path / "train", [[1, 2, 3], [4, 5]], dtype=np.uint16)
     with pytest.raises(ParameterError, match="seq_length"):
         load_dataset(str(tmp_path), seq_length=SEQ, cache_dir=cache)
 

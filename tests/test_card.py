@@ -23,18 +23,13 @@ LENGTHS = (0, 3, 257, 1, 0, 33, 70, 16)
 SEQ_LENGTH = 16
 
 
-def _documents(lengths, seed=3):
-    rng = np.random.default_rng(seed)
-    return [rng.integers(0, 60_000, n) for n in lengths]
-
-
 @pytest.fixture
-def corpus(tmp_path):
+def corpus(tmp_path, random_documents, write_corpus):
     folder = tmp_path / "tokens"
-    folder.mkdir()
-    write_documents(folder / "train-00000-of-00002", _documents(LENGTHS), dtype=np.uint16)
-    write_documents(folder / "train-00001-of-00002", _documents(LENGTHS[:5], seed=4), dtype=np.uint16)
-    write_documents(folder / "test", _documents((5, 40, 0)), dtype=np.uint16)
+    rng = np.random.default_rng(3)
+    write_corpus(folder, {"train-00000-of-00002": random_documents(rng, LENGTHS),
+                          "train-00001-of-00002": random_documents(rng, LENGTHS[:5]),
+                          "test": random_documents(rng, (5, 40, 0))})
     return folder
 
 
@@ -125,14 +120,15 @@ def test_histogram_counts_every_document_once_and_the_png_decodes(corpus):
     assert bar_columns.sum() > 10  # something was drawn
 
 
-def test_rerun_updates_numbers_and_keeps_hand_written_text_and_metadata(corpus):
+def test_rerun_updates_numbers_and_keeps_hand_written_text_and_metadata(corpus, random_documents):
     write_card(corpus, CardSettings(seq_length=SEQ_LENGTH, tokenizer="gpt2 BPE", made_with="mmidx convert"))
     readme = corpus / "README.md"
     text = readme.read_text()
     text = text.replace("license: other", "license: cc-by-4.0")
     text += "\n## Notes by a person\n\nThese tokens were filtered by hand.\n"
     readme.write_text(text)
-    write_documents(corpus / "train-00001-of-00002", _documents((500, 2)), dtype=np.uint16)  # the data changed
+    write_documents(corpus / "train-00001-of-00002", random_documents(np.random.default_rng(9), (500, 2)),
+                    dtype=np.uint16)  # the data changed
 
     write_card(corpus)  # no settings: the card's own are kept
     card, data = _metadata(corpus)

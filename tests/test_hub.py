@@ -114,14 +114,11 @@ def fake_hub(monkeypatch, tmp_path):
 
 
 @pytest.fixture
-def corpus(tmp_path):
+def corpus(tmp_path, random_documents, write_corpus):
     """Two splits at awkward sizes: empty documents, one longer than seq_length, and litter."""
     folder = tmp_path / "corpus"
-    folder.mkdir()
-    rng = np.random.default_rng(7)
-    docs = [rng.integers(0, 60_000, n) for n in (0, 3, 257, 1, 0, 33, 70)]
-    write_documents(folder / "train", docs, dtype=np.uint16)
-    write_documents(folder / "validation", docs[2:5], dtype=np.uint16)
+    docs = random_documents(np.random.default_rng(7), (0, 3, 257, 1, 0, 33, 70))
+    write_corpus(folder, {"train": docs, "validation": docs[2:5]})
     (folder / "train.bin.tmp-123-abcd").write_bytes(b"half written")
     (folder / "__pycache__").mkdir()
     (folder / "__pycache__" / "x.pyc").write_bytes(b"\0")
