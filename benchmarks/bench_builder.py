@@ -1,6 +1,6 @@
 """Builder throughput and memory against a memmap ceiling measured in the same run.
 
-    .venv/bin/python benchmarks/bench_builder.py [--tokens 200e6] [--workdir /tmp/mmidx-bench]
+    .venv/bin/python benchmarks/bench_builder.py [--tokens 200e6] [--lengths lognormal|uniform] [--workdir DIR]
 
 Rows (tokens/s, and the ratio to the ceiling):
   ceiling              numpy memmap slicing of sample windows into a preallocated array (the
@@ -21,7 +21,7 @@ import time
 
 import numpy as np
 
-from bench_format import make_corpus  # the same 200M-token corpus, generated once per workdir
+from bench_format import LENGTH_DISTRIBUTIONS, make_corpus  # corpora generated once per workdir
 
 SEQ_LENGTH = 2048
 BATCH = 1000
@@ -54,13 +54,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tokens", type=float, default=200e6)
     parser.add_argument("--workdir", default="/tmp/mmidx-bench")
+    parser.add_argument("--lengths", choices=LENGTH_DISTRIBUTIONS, default="lognormal",
+                        help="document lengths: heavy-tailed (the main case) or uniform 1-2000")
     args = parser.parse_args()
 
     import datasets
     import mmidx_builder  # noqa: F401  registers the builder
 
     datasets.disable_progress_bars()
-    prefix = make_corpus(args.workdir, int(args.tokens))
+    prefix = make_corpus(args.workdir, int(args.tokens), args.lengths)
     cache = os.path.join(args.workdir, "hf-cache")
     shutil.rmtree(cache, ignore_errors=True)
     kwargs = dict(data_files={"train": prefix + ".bin"}, seq_length=SEQ_LENGTH, seed=1234, cache_dir=cache,
@@ -95,7 +97,7 @@ def main() -> None:
         memory.append(rss_anon_mb())
     rows.append(("streaming, arrow batches -> numpy", seen / (time.perf_counter() - t)))
 
-    print(f"\n{len(ds):,} samples of {SEQ_LENGTH + 1} tokens, {total_tokens / 1e6:,.0f}M tokens "
+    print(f"\n{args.lengths} document lengths; {len(ds):,} samples of {SEQ_LENGTH + 1} tokens, {total_tokens / 1e6:,.0f}M tokens "
           f"(.bin {os.path.getsize(prefix + '.bin') / 2**20:,.0f} MiB)\n")
     print(f"| {'path':<44} | {'M tokens/s':>10} | {'x memmap ceiling':>16} | {'x view ceiling':>14} |")
     print(f"|{'-' * 46}|{'-' * 12}|{'-' * 18}|{'-' * 16}|")

@@ -43,16 +43,30 @@ class Row:
     note: str = ""
 
 
-def make_corpus(workdir: str, tokens: int) -> str:
-    prefix = os.path.join(workdir, f"bench_format_{tokens}")
+# Document lengths: real corpora are heavy-tailed (web text: lognormal-like, median ~600
+# tokens, many short documents, a few very long ones); uniform lengths hide the per-piece
+# gather cost and are kept only as a second case.
+LENGTH_DISTRIBUTIONS = ("lognormal", "uniform")
+
+
+def document_lengths(rng, count: int, distribution: str = "lognormal") -> np.ndarray:
+    if distribution == "lognormal":
+        return np.maximum(1, np.exp(rng.normal(np.log(612), 1.2, size=count))).astype(np.int64)
+    if distribution == "uniform":
+        return rng.integers(1, 2001, size=count)
+    raise ValueError(f"distribution must be one of {LENGTH_DISTRIBUTIONS}, got {distribution!r}")
+
+
+def make_corpus(workdir: str, tokens: int, distribution: str = "lognormal") -> str:
+    prefix = os.path.join(workdir, f"bench_{distribution}_{tokens}")
     try:
         if IndexedFile.open(prefix).num_tokens >= tokens:
             return prefix
     except (MMIdxError, OSError):
         pass
-    print(f"generating {tokens:,} tokens under {prefix} (once) ...", flush=True)
+    print(f"generating {tokens:,} tokens ({distribution} document lengths) under {prefix} (once) ...", flush=True)
     rng = np.random.default_rng(0)
-    lengths = rng.integers(1, 2001, size=tokens // 1000 + 1000)
+    lengths = document_lengths(rng, tokens // 300 + 1000, distribution)
     lengths = lengths[: int(np.searchsorted(np.cumsum(lengths), tokens)) + 1]
     with IndexedFileWriter(prefix, dtype=np.uint16) as writer:
         # Chunks of ~1,000 documents: one random draw each, then one add_document per document.
@@ -120,8 +134,10 @@ def main() -> None:
     parser.add_argument("--tokens", type=float, default=200e6)
     parser.add_argument("--workdir", default="/tmp/mmidx-bench")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--lengths", choices=LENGTH_DISTRIBUTIONS, default="lognormal",
+                        help="document lengths: heavy-tailed (the main case) or uniform 1-2000")
     args = parser.parse_args()
-    prefix = make_corpus(args.workdir, int(args.tokens))
+    prefix = make_corpus(args.workdir, int(args.tokens), args.lengths)
     rows: list[Row] = []
 
     indexed = IndexedFile.open(prefix)
