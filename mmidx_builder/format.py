@@ -171,13 +171,24 @@ class MemmapBinReader(BinReader):
     def __setstate__(self, state):
         self.__init__(state["path"], state["dtype"])
 
+    def check_size(self) -> None:
+        """A mapped file that shrank kills the process with SIGBUS on the next read of a lost
+        page, with no message; a stat before each read turns that into a FormatError. (A
+        shrink between this check and the copy still cannot be caught: see the README.)"""
+        size = os.stat(self.path).st_size
+        if size < self.size:
+            raise FormatError(self.path, "file size", f"{self.size} bytes, as when it was opened",
+                              f"{size} bytes", hint="the file was truncated while in use; reopen the dataset")
+
     def read(self, start: int, count: int) -> np.ndarray:
+        self.check_size()
         return self.tokens[start:start + count]
 
     def gather(self, starts: np.ndarray, lengths: np.ndarray, out: np.ndarray) -> None:
         runs = len(starts)
         if runs == 0:
             return
+        self.check_size()
         if out.size >= _LOOP_MIN_MEAN_RUN * runs:
             tokens, position = self.tokens, 0
             for start, length in zip(starts.tolist(), lengths.tolist()):

@@ -24,14 +24,18 @@ the kind's own builder, which ``datasets`` then uses as if it had been named dir
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import datasets
 
+from .._io import is_remote
 from ..errors import ParameterError
 from .mmidx_fairseq import MMIdxFairseq
 from .mmidx_indexed import MMIdxIndexed
 from .mmidx_raw import MMIdxRaw
 from .mmidx_raw_chunks import MMIdxRawChunks
+
+logger = datasets.utils.logging.get_logger(__name__)
 
 # The first kind whose claims() is true is used.
 KINDS = (MMIdxRawChunks, MMIdxRaw, MMIdxFairseq, MMIdxIndexed)
@@ -83,6 +87,12 @@ class MMIdx(datasets.ArrowBasedBuilder):
             raise TypeError("MMIdx takes keyword arguments only")
         base = _card_config(cls, kwargs.get("config_name"))
         settings = {name: getattr(base, name) for name in _ALL_FIELDS if base and getattr(base, name) is not None}
+        if settings.pop("index_cache_dir", None) is not None:
+            # A card must not choose where we write: only the caller may.
+            logger.warning("ignoring index_cache_dir from the dataset card's configs; pass index_cache_dir= "
+                           "yourself to choose where sampling indices are cached")
+        if base is not None and kwargs.get("data_files") is None:
+            _check_inside(base.data_files, kwargs.get("base_path"))
         settings.update({name: kwargs.pop(name) for name in _ALL_FIELDS if kwargs.get(name) is not None})
         for name in _ALL_FIELDS:
             kwargs.pop(name, None)
@@ -94,6 +104,21 @@ class MMIdx(datasets.ArrowBasedBuilder):
                  for f in ([split_files] if isinstance(split_files, str) else split_files)]
         kind = choose_kind(settings, files)
         return kind(**kwargs, **settings)
+
+
+def _check_inside(data_files, base_path) -> None:
+    """Data files a card names must lie in the dataset's own folder (a Hub repo's are checked
+    by datasets); a caller's own data_files may be anywhere."""
+    if not data_files or not base_path or is_remote(base_path):
+        return
+    root = os.path.realpath(base_path)
+    for files in data_files.values():
+        for f in map(str, files):
+            # Unresolved patterns at this point: relative ones are relative to the folder.
+            if not is_remote(f) and os.path.commonpath([root, os.path.realpath(os.path.join(root, f))]) != root:
+                raise ParameterError(f"the dataset card's configs name {f}, outside the dataset folder {root}; "
+                                     "a card may only name files inside its folder (pass data_files= yourself "
+                                     "to load files from elsewhere)")
 
 
 def _card_config(cls, config_name):

@@ -1,0 +1,190 @@
+"""Faults that used to serve wrong data or leave debris (issue 13), one test each."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from datasets import load_dataset
+
+import mmidx_builder  # noqa: F401  registers the builders
+from mmidx_builder import format as fmt
+from mmidx_builder.errors import FormatError, MissingPartnerError, ParameterError
+from mmidx_builder.format import IndexedFile, IndexedFileWriter, write_documents
+
+SEQ = 8
+
+
+def _first_rows(folder, cache, **kwargs):
+    ds = load_dataset(str(folder), seq_length=SEQ, seed=1, cache_dir=cache, split="train", **kwargs)
+    return np.array([row["input_ids"] for row in ds])
+
+
+def _rewrite_same_sizes(prefix, rng):
+    """Other tokens, same lengths, and the old mtimes put back (rsync -t, restores)."""
+    old = IndexedFile.open(prefix)
+    lengths = old.sequence_lengths.tolist()
+    times = {ext: os.stat(prefix + ext) for ext in (".bin", ".idx")}
+    write_documents(prefix, [rng.integers(0, 60_000, n) for n in lengths], dtype=np.uint16)
+    for ext, stat in times.items():
+        os.utime(prefix + ext, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+
+
+def test_a_rewrite_with_mtimes_put_back_is_not_served_from_the_cache(tmp_path, random_documents):
+    rng = np.random.default_rng(0)
+    folder = tmp_path / "data"
+    prefix = write_documents(folder / "train", random_documents(rng, [30] * 20), dtype=np.uint16)
+    cache = str(tmp_path / "cache")
+    before = _first_rows(folder, cache)
+    _rewrite_same_sizes(prefix, rng)
+    after = _first_rows(folder, cache)
+    source = IndexedFile.open(prefix)
+    from mmidx_builder import sampling
+    indices = sampling.build_indices(source.sequence_lengths, seq_length=SEQ, seed=1)
+    np.testing.assert_array_equal(after, sampling.assemble_samples(source, indices, np.arange(indices.num_samples)))
+    assert not np.array_equal(before, after)
+
+
+def test_streaming_in_the_same_process_reopens_a_rewritten_pair(tmp_path, random_documents):
+    rng = np.random.default_rng(1)
+    folder = tmp_path / "data"
+    prefix = write_documents(folder / "train", random_documents(rng, [30] * 20), dtype=np.uint16)
+    stream = lambda: np.array([r["input_ids"] for r in load_dataset(  # noqa: E731
+        str(folder), seq_length=SEQ, seed=1, cache_dir=str(tmp_path / "c"), split="train", streaming=True)])
+    before = stream()
+    _rewrite_same_sizes(prefix, rng)
+    assert not np.array_equal(before, stream())
+
+
+def test_a_killed_writers_temporary_file_is_invisible_and_cleaned(tmp_path, random_documents):
+    folder = tmp_path / "data"
+    write_documents(folder / "train", random_documents(np.random.default_rng(2), [30] * 10), dtype=np.uint16)
+    code = textwrap.dedent(f"""
+        import os, signal, numpy as np
+        from mmidx_builder.format import IndexedFileWriter
+        w = IndexedFileWriter({str(folder / "other")!r}, dtype=np.uint16)
+        w.add_document(np.arange(100))
+        w._bin.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
+        """)
+    result = subprocess.run([sys.executable, "-c", code])
+    assert result.returncode == -signal.SIGKILL
+    leftovers = [name for name in os.listdir(folder) if fmt.TEMPORARY_MARK in name]
+    assert leftovers and all(name.startswith(".") for name in leftovers)
+    assert len(_first_rows(folder, str(tmp_path / "c"))) > 0  # the folder still loads
+    write_documents(folder / "other", [[1, 2, 3]], dtype=np.uint16)  # the next writer of that prefix cleans up
+    assert not [name for name in os.listdir(folder) if fmt.TEMPORARY_MARK in name]
+
+
+@pytest.mark.parametrize("crash_at", ["remove_idx", "rename_bin", "rename_idx"])
+def test_a_crash_while_replacing_a_pair_never_leaves_a_mismatched_pair(tmp_path, monkeypatch, crash_at):
+    prefix = str(tmp_path / "train")
+    write_documents(prefix, [list(range(10)), list(range(10, 30))], dtype=np.uint16)
+    replace, remove = os.replace, fmt.remove_quietly
+    calls = []
+
+    def crashing_replace(src, dst):
+        calls.append(dst)
+        if (crash_at == "rename_bin" and dst.endswith(".bin")) or (crash_at == "rename_idx" and dst.endswith(".idx")):
+            raise KeyboardInterrupt
+        replace(src, dst)
+
+    def crashing_remove(path):
+        remove(path)
+        if crash_at == "remove_idx" and path == prefix + ".idx":
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(fmt.os, "replace", crashing_replace)
+    monkeypatch.setattr(fmt, "remove_quietly", crashing_remove)
+    writer = IndexedFileWriter(prefix, dtype=np.uint16)
+    writer.add_document(list(range(100, 130)))  # same byte count as the old pair: garbage if mismatched
+    writer.add_document([])
+    with pytest.raises(KeyboardInterrupt):
+        writer.close()
+    monkeypatch.undo()
+    try:
+        opened = IndexedFile.open(prefix)
+    except MissingPartnerError:
+        return  # a lone file: a clear error, never garbage
+    tokens = [opened.document(i).tolist() for i in range(opened.num_documents)]
+    assert tokens in ([list(range(10)), list(range(10, 30))], [list(range(100, 130)), []])
+
+
+def test_a_full_disk_while_closing_leaves_no_temporary_file(tmp_path, monkeypatch):
+    writer = IndexedFileWriter(tmp_path / "train", dtype=np.uint16)
+    writer.add_document(list(range(1000)))
+
+    class FullDisk:
+        def __init__(self, f):
+            self.f = f
+
+        def close(self):
+            self.f.close()
+            raise OSError(28, "No space left on device")
+
+    writer._bin = FullDisk(writer._bin)
+    with pytest.raises(OSError, match="No space"):
+        writer.close()
+    assert os.listdir(tmp_path) == []
+
+
+def test_truncating_a_bin_while_streaming_is_an_error_not_sigbus(tmp_path, random_documents):
+    folder = tmp_path / "data"
+    rng = np.random.default_rng(3)
+    prefix = write_documents(folder / "train", random_documents(rng, [2000] * 200), dtype=np.uint16)
+    code = textwrap.dedent(f"""
+        import os, mmidx_builder
+        from datasets import load_dataset
+        from mmidx_builder.errors import FormatError
+        stream = load_dataset({str(folder)!r}, seq_length=64, cache_dir={str(tmp_path / "c")!r}, split="train",
+                              streaming=True, num_shards=4)
+        rows = iter(stream)
+        next(rows)
+        os.truncate({prefix + ".bin"!r}, 1000)
+        try:
+            for _ in rows:
+                pass
+        except FormatError as error:
+            print("FormatError:", error)
+        """)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "FormatError:" in result.stdout and "truncated" in result.stdout
+
+
+def test_an_empty_glob_says_no_file_matched(tmp_path):
+    # datasets resolves the pattern before any of our code runs and hands over no files:
+    # the split is named, the pattern itself is no longer known to the builder.
+    with pytest.raises(ParameterError, match=r"no file matched for split\(s\) \['train'\]"):
+        load_dataset("mmidx", data_files={"train": str(tmp_path / "nowhere" / "*.bin")}, seq_length=SEQ,
+                     cache_dir=str(tmp_path / "c"))
+
+
+def _card(folder, configs_yaml):
+    (folder / "README.md").write_text(f"---\nconfigs:\n{configs_yaml}---\n")
+
+
+def test_a_card_cannot_name_files_outside_its_folder(tmp_path, random_documents):
+    docs = random_documents(np.random.default_rng(4), [30] * 10)
+    write_documents(tmp_path / "outside" / "train", docs, dtype=np.uint16)
+    folder = tmp_path / "dataset"
+    write_documents(folder / "train", docs, dtype=np.uint16)
+    _card(folder, "- config_name: default\n  data_files:\n  - split: train\n    path: ../outside/*.bin\n  seq_length: 8\n")
+    with pytest.raises(ParameterError, match="outside the dataset folder"):
+        load_dataset(str(folder), cache_dir=str(tmp_path / "c"), split="train")
+
+
+def test_a_card_cannot_choose_where_indices_are_written(tmp_path, random_documents):
+    folder = tmp_path / "dataset"
+    write_documents(folder / "train", random_documents(np.random.default_rng(5), [30] * 10), dtype=np.uint16)
+    target = tmp_path / "elsewhere"
+    _card(folder, f"- config_name: default\n  data_files:\n  - split: train\n    path: train.bin\n"
+                  f"  seq_length: 8\n  index_cache_dir: {target}\n")
+    ds = load_dataset(str(folder), cache_dir=str(tmp_path / "c"), split="train")
+    assert len(ds) > 0 and not target.exists()
