@@ -51,6 +51,10 @@ BATCH_RECORDS = 1024
 BATCH_BYTES = 1 << 20
 # Bad records listed in the summary (all are counted).
 BAD_EXAMPLES = 10
+# The longest document (in characters) tokenized by default: one 200 MB document took a
+# tokenizer.json to 23 GB of memory (the tokenizers library's own, ~100 bytes per character),
+# so longer ones are refused as bad records unless the caller raises the limit.
+MAX_DOCUMENT_CHARS = 10_000_000
 
 
 @dataclasses.dataclass
@@ -220,20 +224,28 @@ class _Reader:
         for item, start in zip(self.inputs, self.starts):
             if item.path in {path for path, _ in self.bad_files}:
                 continue
+            records = 0  # of this file, handed on before any damage
             try:
-                if item.kind == "hf":
-                    yield from self._hf(item)
-                elif item.kind == "parquet":
-                    yield from self._parquet(item, start)
-                elif item.compressed or item.whole:
-                    if self.shard.owns(start):
-                        yield from self._whole_or_compressed(item)
-                else:
-                    yield from self._lines(item, start)
+                for batch in self._batches_of(item, start):
+                    records += len(batch)
+                    yield batch
             except (OSError, EOFError, ValueError) as error:  # unreadable, corrupt archive, bad parquet
                 if isinstance(error, MMIdxError):
                     raise
-                self._bad_file(item.path, f"cannot read: {error}")
+                kept = (f"; the {records:,} records before the damage were converted, the rest of the file "
+                        "was skipped") if records else ""
+                self._bad_file(item.path, f"cannot read: {error}{kept}")
+
+    def _batches_of(self, item: Input, start: int) -> Iterator[Batch]:
+        if item.kind == "hf":
+            yield from self._hf(item)
+        elif item.kind == "parquet":
+            yield from self._parquet(item, start)
+        elif item.compressed or item.whole:
+            if self.shard.owns(start):
+                yield from self._whole_or_compressed(item)
+        else:
+            yield from self._lines(item, start)
 
     def _batches(self, source: str, kind: str, unit: str, records: Iterable[tuple[int, bytes]]) -> Iterator[Batch]:
         positions, payloads, size = [], [], 0
@@ -374,8 +386,10 @@ def _lines_from(f, position: int, high: int):
 _STATE: dict = {}
 
 
-def _init_worker(tokenizer: Tokenizer, keys: list[str], append_eod: bool, dtype: np.dtype) -> None:
-    _STATE.update(tokenizer=tokenizer, keys=keys, append_eod=append_eod, dtype=dtype)
+def _init_worker(tokenizer: Tokenizer, keys: list[str], append_eod: bool, dtype: np.dtype,
+                 max_document_chars: int = 0) -> None:
+    _STATE.update(tokenizer=tokenizer, keys=keys, append_eod=append_eod, dtype=dtype,
+                  max_document_chars=max_document_chars)
 
 
 def _values(batch: Batch, keys: list[str], bad: list) -> tuple[list[int], dict]:
@@ -430,6 +444,10 @@ def _check_record(record: dict, keys: list[str]) -> str | None:
                 return f"{key!r}: {problem}"
         elif not isinstance(value, str):
             return f"{key!r}: expected a string, found {type(value).__name__} {str(value)[:40]!r}"
+        elif 0 < _STATE["max_document_chars"] < len(value):
+            return (f"{key!r}: a document of {len(value):,} characters, more than --max-document-chars "
+                    f"{_STATE['max_document_chars']:,} (tokenizers needs about 100 bytes of memory per character "
+                    "of one document; raise the limit if the machine has the memory, or split the document)")
     return None
 
 
@@ -525,7 +543,8 @@ def convert(inputs: Sequence[str] | str, output_prefix: str, tokenizer: str | To
             json_keys: Sequence[str] = ("text",), append_eod: bool = False, eod_id: int | None = None,
             vocab_size: int | None = None, workers: int = 1, num_shards: int = 1, shard_index: int = 0,
             one_document_per_file: bool = False, streaming: bool = False, skip_bad_records: bool = False,
-            overwrite: bool = False, progress: bool = False) -> ConvertSummary:
+            overwrite: bool = False, progress: bool = False,
+            max_document_chars: int = MAX_DOCUMENT_CHARS) -> ConvertSummary:
     """Tokenizes ``inputs`` into ``{output_prefix}_{key}_document.bin/.idx`` per JSON key.
 
     ``tokenizer`` is ``"bytes"``, ``"none"`` (records hold token-id lists; give
@@ -554,6 +573,9 @@ def convert(inputs: Sequence[str] | str, output_prefix: str, tokenizer: str | To
     if append_eod and tok.eod_id is None:
         raise ConvertError(f"tokenizer {tok.name!r} has no end-of-document token; pass --eod-id")
     dtype = output_dtype(tok.vocab_size)
+    if tok.eod_id is not None and not 0 <= tok.eod_id <= np.iinfo(dtype).max:
+        raise ConvertError(f"the end-of-document id {tok.eod_id} does not fit the output dtype {dtype.name} "
+                           f"(ids 0..{np.iinfo(dtype).max}); give an id inside the vocabulary")
 
     outputs = {key: output_prefix_for(split_prefix(output_prefix), key) for key in keys}
     if not overwrite:
@@ -571,7 +593,7 @@ def convert(inputs: Sequence[str] | str, output_prefix: str, tokenizer: str | To
     try:
         for key, prefix in outputs.items():
             writers[key] = IndexedFileWriter(prefix, dtype=dtype)
-        initargs = (tok, keys, append_eod, dtype)
+        initargs = (tok, keys, append_eod, dtype, max_document_chars)
         with contextlib.ExitStack() as stack:
             if workers == 1:
                 _init_worker(*initargs)

@@ -188,3 +188,41 @@ def test_a_card_cannot_choose_where_indices_are_written(tmp_path, random_documen
                   f"  seq_length: 8\n  index_cache_dir: {target}\n")
     ds = load_dataset(str(folder), cache_dir=str(tmp_path / "c"), split="train")
     assert len(ds) > 0 and not target.exists()
+
+
+# --- convert ---------------------------------------------------------------------------
+
+def test_skip_bad_records_says_how_much_of_a_truncated_gz_was_kept(tmp_path):
+    import gzip
+
+    from mmidx_builder.convert import convert
+
+    lines = b"".join(b'{"text": "document %d with some words in it"}\n' % i for i in range(20_000))
+    data = gzip.compress(lines)
+    (tmp_path / "cut.jsonl.gz").write_bytes(data[: len(data) // 2])
+    summary = convert([str(tmp_path / "cut.jsonl.gz")], str(tmp_path / "out"), "bytes", skip_bad_records=True)
+    assert summary.documents > 0
+    (where, problem), = summary.bad_examples
+    assert where.endswith("cut.jsonl.gz") and f"the {summary.documents:,} records before the damage" in problem
+
+
+@pytest.mark.parametrize("eod", [-1, 2**31, 2**40])
+def test_an_eod_id_outside_the_dtype_is_one_clear_error(tmp_path, eod):
+    (tmp_path / "a.jsonl").write_text('{"text": [1, 2, 3]}\n')
+    result = subprocess.run([sys.executable, "-m", "mmidx_builder.cli", "convert", str(tmp_path / "a.jsonl"),
+                             "--output-prefix", str(tmp_path / "out"), "--tokenizer", "none", "--vocab-size", "1000",
+                             "--append-eod", "--eod-id", str(eod)], capture_output=True, text=True)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert "end-of-document id" in result.stderr and str(eod) in result.stderr
+
+
+def test_a_huge_document_is_refused_not_tokenized(tmp_path):
+    from mmidx_builder.convert import convert
+    from mmidx_builder.errors import ConvertError
+
+    (tmp_path / "a.jsonl").write_text('{"text": "short"}\n{"text": "%s"}\n' % ("word " * 3000))
+    with pytest.raises(ConvertError, match=r"line 2.*more than --max-document-chars 1,000"):
+        convert([str(tmp_path / "a.jsonl")], str(tmp_path / "out"), "bytes", max_document_chars=1000)
+    summary = convert([str(tmp_path / "a.jsonl")], str(tmp_path / "out"), "bytes", max_document_chars=1000,
+                      skip_bad_records=True)
+    assert summary.documents == 1 and summary.bad_records == 1

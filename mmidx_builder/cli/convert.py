@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ..convert import MAX_DOCUMENT_CHARS  # light: numpy and the format layer
+
 def add_commands(commands) -> None:
     """``mmidx convert`` and ``mmidx merge``."""
     p = commands.add_parser("convert", help="tokenize text (JSON lines, Parquet, text, hf:) into .bin/.idx",
@@ -24,6 +26,9 @@ def add_commands(commands) -> None:
     p.add_argument("--streaming", action="store_true", help="hf: inputs: load_dataset(streaming=True)")
     p.add_argument("--skip-bad-records", action="store_true", help="count and report bad records, do not stop")
     p.add_argument("--overwrite", action="store_true", help="replace existing outputs")
+    p.add_argument("--max-document-chars", type=int, default=MAX_DOCUMENT_CHARS, metavar="N",
+                   help="refuse (as a bad record) a document longer than N characters; tokenizers needs "
+                        "~100 bytes of memory per character (default %(default)s; 0: no limit)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(run=_run_convert)
 
@@ -42,7 +47,7 @@ def _run_convert(args) -> None:
                       workers=args.workers, num_shards=args.num_shards, shard_index=args.shard_index,
                       one_document_per_file=args.one_document_per_file, streaming=args.streaming,
                       skip_bad_records=args.skip_bad_records, overwrite=args.overwrite,
-                      progress=not args.no_progress)
+                      progress=not args.no_progress, max_document_chars=args.max_document_chars)
     print(summary.table())
 
 
