@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Callable
 
 from .card import HISTOGRAM_NAME, README_NAME, CardSettings, render_card, write_card
-from .errors import FormatError, HubError
+from .errors import FormatError, HubError, ParameterError
 from .format import IndexedFile, split_prefix
 
 # Never uploaded: writers' temporary files (format.IndexedFileWriter writes
@@ -53,6 +53,7 @@ class UploadPlan:
     files: list[PlannedFile]
     pairs: list[str]  # prefixes of the checked pairs, relative
     card: object = None  # the card.RenderedCard the upload writes (rendered once: it hashes every file)
+    card_problem: str | None = None  # why no card can be made with these settings (then card is None)
 
     def describe(self) -> str:
         width = max([len(f.path) for f in self.files] + [4])
@@ -61,6 +62,8 @@ class UploadPlan:
         uploads = [f for f in self.files if not f.action.startswith("skip")]
         lines.append(f"{len(uploads)} file(s), {sum(f.size for f in uploads):,} bytes, to the dataset repo "
                      f"{self.repo_id}; {len(self.pairs)} pair(s) checked")
+        if self.card_problem:
+            lines.append(f"the card cannot be made with these settings, so an upload would stop: {self.card_problem}")
         return "\n".join(lines)
 
 
@@ -132,8 +135,13 @@ def plan_upload(directory: str | os.PathLike, repo_id: str, settings: CardSettin
     check_repo_id(repo_id)
     directory = Path(directory)
     pairs = check_pairs(directory)
-    rendered = render_card(directory, dataclasses.replace(settings or CardSettings(), repo_id=repo_id))
-    generated = {README_NAME: len(rendered.text.encode("utf-8")), HISTOGRAM_NAME: len(rendered.histogram_png)}
+    rendered, problem = None, None
+    try:
+        rendered = render_card(directory, dataclasses.replace(settings or CardSettings(), repo_id=repo_id))
+        generated = {README_NAME: len(rendered.text.encode("utf-8")), HISTOGRAM_NAME: len(rendered.histogram_png)}
+    except ParameterError as error:  # e.g. a split too small for the default seq_length
+        problem = f"{error} (pass --seq-length)"
+        generated = {README_NAME: 0, HISTOGRAM_NAME: 0}
     files = []
     for relative, size, ignored in _local_files(directory):
         if relative in generated:
@@ -143,7 +151,8 @@ def plan_upload(directory: str | os.PathLike, repo_id: str, settings: CardSettin
         existed = (directory / name).is_file()
         files.append(PlannedFile(name, size, ("rewrite" if existed else "write") + " (generated card), then upload"))
     files.sort(key=lambda f: f.path)
-    return UploadPlan(directory=str(directory), repo_id=repo_id, files=files, pairs=pairs, card=rendered)
+    return UploadPlan(directory=str(directory), repo_id=repo_id, files=files, pairs=pairs, card=rendered,
+                      card_problem=problem)
 
 
 def _transport_errors() -> tuple[type[BaseException], ...]:
@@ -206,6 +215,8 @@ def upload(directory: str | os.PathLike, repo_id: str, *, private: bool = False,
         echo("dry run: nothing written, nothing sent; token " + (
             "found" if token else "NOT found (a real upload would stop: run `hf auth login` or set HF_TOKEN)"))
         return None
+    if plan.card_problem:
+        raise HubError(f"the dataset card cannot be made, nothing was uploaded: {plan.card_problem}")
     if token is None:
         raise HubError("not logged in: run `hf auth login` or set HF_TOKEN to a token with write access "
                        "(nothing was uploaded)")

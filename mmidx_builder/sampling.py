@@ -287,6 +287,27 @@ def build_shuffle_index(num_samples: int, total_size: int, rng: np.random.Random
     return index
 
 
+def _physical_memory() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):  # not POSIX
+        return None
+
+
+def _check_memory(num_sequences: int, num_epochs: int, total_samples: int) -> None:
+    """Refuses, before allocating, indices that cannot fit in this machine's memory (a plain
+    MemoryError, or the OOM killer, would say nothing about why)."""
+    wide = max(num_epochs * num_sequences, total_samples) > np.iinfo(np.int32).max
+    needed = (num_epochs * num_sequences * 4 + (total_samples + 1) * 2 * (8 if wide else 4)
+              + total_samples * (8 if total_samples >= 2**32 - 2 else 4))
+    available = _physical_memory()
+    if available is not None and needed > available:
+        raise ParameterError(
+            f"the sampling indices for {total_samples:,} samples ({num_epochs:,} epoch(s) of {num_sequences:,} "
+            f"sequences) need {needed / 2**30:,.1f} GiB of memory, more than this machine's "
+            f"{available / 2**30:,.1f} GiB; ask for fewer samples or epochs")
+
+
 def build_indices(sequence_lengths: np.ndarray, *, seq_length: int, seed: int, num_epochs: int | None = None,
                   num_samples: int | None = None, add_extra_token: bool = True) -> SamplingIndices:
     """The document, sample and shuffle indices megatron-core's GPTDataset builds.
@@ -302,6 +323,7 @@ def build_indices(sequence_lengths: np.ndarray, *, seq_length: int, seed: int, n
     num_epochs, num_samples = count_samples(tokens_per_epoch, seq_length=seq_length, num_epochs=num_epochs,
                                             num_samples=num_samples, add_extra_token=add_extra_token)
     separate, sans_final = _final_epoch_split(tokens_per_epoch, seq_length, extra, num_epochs, num_samples)
+    _check_memory(len(sizes), num_epochs, (num_epochs * tokens_per_epoch - extra) // seq_length)
     rng = np.random.RandomState(seed)
     document_index = build_document_index(len(sizes), num_epochs, rng, separate)
     sample_index = build_sample_index(sizes, document_index, seq_length, num_epochs * tokens_per_epoch, extra)
@@ -347,7 +369,18 @@ def _load_cached(paths: dict[str, str], num_sequences: int) -> SamplingIndices |
                   and indices.sample_index.ndim == 2 and indices.sample_index.shape[1] == 2
                   and indices.shuffle_index.shape == (indices.total_samples,)
                   and indices.num_samples <= indices.total_samples)
+    # Values too: a damaged file of the right shape must not index outside the arrays.
+    consistent = consistent and _in_range(indices.document_index, num_sequences) and _in_range(
+        indices.sample_index[:, 0], len(indices.document_index)) and _in_range(
+        indices.shuffle_index, indices.total_samples) and (len(indices.sample_index) == 0 or (
+        int(indices.sample_index[:, 1].min()) >= 0))
+    if not consistent:
+        warnings.warn(f"sampling index cache {paths['meta']} is damaged; rebuilding it", stacklevel=3)
     return indices if consistent else None
+
+
+def _in_range(values: np.ndarray, bound: int) -> bool:
+    return len(values) == 0 or (int(values.min()) >= 0 and int(values.max()) < bound)
 
 
 def _save_cached(paths: dict[str, str], indices: SamplingIndices) -> None:

@@ -226,3 +226,51 @@ def test_a_huge_document_is_refused_not_tokenized(tmp_path):
     summary = convert([str(tmp_path / "a.jsonl")], str(tmp_path / "out"), "bytes", max_document_chars=1000,
                       skip_bad_records=True)
     assert summary.documents == 1 and summary.bad_records == 1
+
+
+# --- smaller ones ----------------------------------------------------------------------
+
+def test_indices_too_large_for_the_machine_are_refused_up_front(monkeypatch):
+    from mmidx_builder import sampling
+
+    monkeypatch.setattr(sampling, "_physical_memory", lambda: 2**30)
+    with pytest.raises(ParameterError, match=r"need [\d.,]+ GiB of memory, more than this machine's 1.0 GiB"):
+        sampling.build_indices(np.full(1000, 1000, np.int32), seq_length=8, seed=1, num_samples=2**28)
+
+
+def test_nan_in_a_float_bin_read_as_int64_is_a_parameter_error(tmp_path):
+    write_documents(tmp_path / "train", [np.array([1.0, np.nan, 3.0] * 10, np.float32)], dtype=np.float32)
+    stream = load_dataset(str(tmp_path), seq_length=4, dtype="int64", cache_dir=str(tmp_path / "c"), split="train",
+                          streaming=True)
+    with pytest.raises(ParameterError, match="nan.*does not fit dtype=int64"):
+        list(stream)
+    # Preparing the Arrow cache: datasets wraps what the builder raises, the cause is ours.
+    with pytest.raises(Exception) as raised:
+        load_dataset(str(tmp_path), seq_length=4, dtype="int64", cache_dir=str(tmp_path / "c"), split="train")
+    assert isinstance(raised.value.__cause__, ParameterError)
+
+
+def test_a_damaged_index_cache_is_rebuilt_not_used(tmp_path):
+    from mmidx_builder import sampling
+
+    lengths = np.array([5, 9, 0, 30, 2] * 20, np.int32)
+    cache = tmp_path / "indices"
+    good = sampling.load_or_build_indices(lengths, cache_dir=cache, identity="x", seq_length=8, seed=3)
+    (path,) = cache.glob("*-shuffle_index.npy")
+    damaged = np.load(path)
+    damaged[5] = 10**6  # right shape, wrong value
+    np.save(path, damaged)
+    with pytest.warns(UserWarning, match="damaged; rebuilding"):
+        again = sampling.load_or_build_indices(lengths, cache_dir=cache, identity="x", seq_length=8, seed=3)
+    np.testing.assert_array_equal(again.shuffle_index, good.shuffle_index)
+
+
+def test_upload_dry_run_of_a_small_folder_shows_the_plan_and_the_problem(tmp_path, capsys):
+    from mmidx_builder.cli import main
+
+    write_documents(tmp_path / "train", [[1, 2, 3]] * 10, dtype=np.uint16)
+    assert main(["upload", str(tmp_path), "--repo-id", "me/tokens", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "train.bin" in out and "pass --seq-length" in out
+    assert main(["upload", str(tmp_path), "--repo-id", "me/tokens", "--dry-run", "--seq-length", "4"]) == 0
+    assert "cannot be made" not in capsys.readouterr().out
