@@ -239,14 +239,14 @@ def test_indices_too_large_for_the_machine_are_refused_up_front(monkeypatch):
 
 
 def test_nan_in_a_float_bin_read_as_int64_is_a_parameter_error(tmp_path):
-    write_documents(tmp_path / "train", [np.array([1.0, np.nan, 3.0] * 10, np.float32)], dtype=np.float32)
-    stream = load_dataset(str(tmp_path), seq_length=4, dtype="int64", cache_dir=str(tmp_path / "c"), split="train",
+    write_documents(tmp_path / "data" / "train", [np.array([1.0, np.nan, 3.0] * 10, np.float32)], dtype=np.float32)
+    stream = load_dataset(str(tmp_path / "data"), seq_length=4, dtype="int64", cache_dir=str(tmp_path / "c"), split="train",
                           streaming=True)
     with pytest.raises(ParameterError, match="nan.*does not fit dtype=int64"):
         list(stream)
     # Preparing the Arrow cache: datasets wraps what the builder raises, the cause is ours.
     with pytest.raises(Exception) as raised:
-        load_dataset(str(tmp_path), seq_length=4, dtype="int64", cache_dir=str(tmp_path / "c"), split="train")
+        load_dataset(str(tmp_path / "data"), seq_length=4, dtype="int64", cache_dir=str(tmp_path / "c"), split="train")
     assert isinstance(raised.value.__cause__, ParameterError)
 
 
