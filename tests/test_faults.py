@@ -51,6 +51,22 @@ def test_a_rewrite_with_mtimes_put_back_is_not_served_from_the_cache(tmp_path, r
     assert not np.array_equal(before, after)
 
 
+def test_a_rewritten_idx_alone_is_seen_with_a_data_files_glob(tmp_path):
+    folder = tmp_path / "data"
+    tokens = np.arange(400) % 50_000
+    prefix = write_documents(folder / "train", [tokens[:100], tokens[100:400]], dtype=np.uint16)
+    kwargs = dict(data_files={"train": str(folder / "*.bin")}, seq_length=SEQ, seed=1, cache_dir=str(tmp_path / "c"),
+                  split="train", document_structure=True)
+    before = load_dataset("mmidx", **kwargs)["piece_lengths"]
+    stat = os.stat(prefix + ".idx")
+    with IndexedFileWriter(tmp_path / "other", dtype=np.uint16) as writer:  # same tokens, other boundaries
+        writer.add_document(tokens[:300])
+        writer.add_document(tokens[300:])
+    os.replace(tmp_path / "other.idx", prefix + ".idx")
+    os.utime(prefix + ".idx", ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert before != load_dataset("mmidx", **kwargs)["piece_lengths"]
+
+
 def test_streaming_in_the_same_process_reopens_a_rewritten_pair(tmp_path, random_documents):
     rng = np.random.default_rng(1)
     folder = tmp_path / "data"
