@@ -98,3 +98,16 @@ def test_the_format_layer_does_not_import_datasets(tmp_path):
                   tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+def test_the_named_builder_never_scans_the_working_directory(tmp_path):
+    """load_dataset("mmidx") without data_files: datasets would scan the current folder and
+    take whatever .bin files are there. Ours says what it needs instead, in any folder."""
+    with IndexedFileWriter(tmp_path / "unrelated", dtype=np.uint16) as writer:
+        writer.add_document(list(range(50)))
+    for folder in (tmp_path, tmp_path / "empty"):
+        folder.mkdir(exist_ok=True)
+        result = _run("import mmidx_builder, datasets\n"
+                      "try:\n    datasets.load_dataset('mmidx', seq_length=8, cache_dir='c')\n"
+                      "except Exception as e:\n    print(type(e).__name__, e)", folder)
+        assert result.stdout.startswith("ParameterError no data files"), result.stdout + result.stderr

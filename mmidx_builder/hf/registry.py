@@ -18,6 +18,9 @@ Only ``.bin`` is claimed: ``.idx`` is already Lance's metadata extension, and ea
 finds its .idx by name. Every builder module is registered under its own name ("mmidx",
 the front door that picks the source kind, and one name per kind, e.g. "mmidx_raw").
 
+One more hook: for our names, ``load_dataset(name)`` without ``data_files`` does not scan the
+working directory (see _no_folder_scan_for_our_names).
+
 Registration must not import ``datasets`` (1.9 s): ``import mmidx_builder.format`` stays
 light. :func:`install` registers at once when ``datasets.packaged_modules`` is already
 imported, and otherwise right after it is, through a one-shot import hook. The table entries
@@ -38,7 +41,6 @@ FRONT_DOOR = "mmidx"
 # Module names under mmidx_builder.hf; each module's file name is its builder's name.
 BUILDER_MODULES = ("mmidx", "mmidx_indexed", "mmidx_raw", "mmidx_raw_chunks", "mmidx_fairseq")
 EXTENSIONS = [".bin"]
-_TARGET = "datasets.packaged_modules"
 
 
 @functools.lru_cache(maxsize=None)
@@ -73,34 +75,75 @@ def register(packaged=None) -> None:
                 table.append(ext)
 
 
-class _RegisterOnImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Finds ``datasets.packaged_modules`` with the other finders, runs it, then registers."""
+def _no_folder_scan_for_our_names(load) -> None:
+    """``load_dataset("mmidx", ...)`` without ``data_files`` makes datasets' packaged-module
+    factory scan the *current directory* for data files: it fails in a folder without any
+    ("EmptyDatasetError") and silently takes unrelated .bin files in one that has some. Our
+    builders can be told their data otherwise (a Megatron ``data_path`` / ``megatron_args``),
+    so for our names, with neither ``data_files`` nor ``data_dir``, no folder is scanned: the
+    builder gets no files and says what it needs. Other names keep datasets' behaviour."""
+    factory = load.PackagedDatasetModuleFactory
+    if getattr(factory.get_module, "_mmidx", False):
+        return
+    original = factory.get_module
+
+    def get_module(self):
+        if self.name in BUILDER_MODULES and self.data_files is None and self.data_dir is None:
+            from datasets.data_files import DataFilesDict
+
+            module_path, code_hash = load._PACKAGED_DATASETS_MODULES[self.name]
+            return load.DatasetModule(module_path, code_hash, {"data_files": DataFilesDict(), "dataset_name": self.name})
+        return original(self)
+
+    get_module._mmidx = True
+    factory.get_module = get_module
+
+
+# module imported by datasets -> what to do right after it has run
+_ON_IMPORT = {"datasets.packaged_modules": register, "datasets.load": _no_folder_scan_for_our_names}
+
+
+class _AfterImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Finds a module of ``_ON_IMPORT`` with the other finders, runs it, then calls its hook.
+    Leaves ``sys.meta_path`` once every module it waits for has been imported."""
+
+    def __init__(self, pending):
+        self.pending, self.loaders = set(pending), {}
 
     def find_spec(self, fullname, path, target=None):
-        if fullname != _TARGET:
+        if fullname not in self.pending:
             return None
-        sys.meta_path.remove(self)  # one shot; also keeps find_spec below from finding us
-        spec = importlib.util.find_spec(fullname)
+        self.pending.discard(fullname)
+        sys.meta_path.remove(self)  # so that find_spec below finds the real module, not us
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            if self.pending:
+                sys.meta_path.insert(0, self)
         if spec is None or spec.loader is None:
             return spec
-        self._loader = spec.loader
+        self.loaders[fullname] = spec.loader
         spec.loader = self
         return spec
 
     def create_module(self, spec):
-        return self._loader.create_module(spec)
+        return self.loaders[spec.name].create_module(spec)
 
     def exec_module(self, module):
-        self._loader.exec_module(module)
-        register(module)
+        self.loaders.pop(module.__name__).exec_module(module)
+        _ON_IMPORT[module.__name__](module)
 
 
 def install() -> None:
     """Registers now if ``datasets`` is loaded, else as soon as it is; idempotent."""
-    if _TARGET in sys.modules:
-        register(sys.modules[_TARGET])
-    elif not any(isinstance(finder, _RegisterOnImport) for finder in sys.meta_path):
-        sys.meta_path.insert(0, _RegisterOnImport())
+    pending = []
+    for name, hook in _ON_IMPORT.items():
+        if name in sys.modules:
+            hook(sys.modules[name])
+        else:
+            pending.append(name)
+    if pending and not any(isinstance(finder, _AfterImport) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _AfterImport(pending))
 
 
 # --- builder attributes datasets has no public API for -------------------------------
