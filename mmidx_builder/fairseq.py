@@ -25,7 +25,7 @@ from typing import IO, Callable, Iterable, Iterator, Sequence
 import numpy as np
 import pyarrow as pa
 
-from ._io import atomic_output
+from ._io import atomic_output, is_remote
 from .errors import FormatError, MissingPartnerError, ParameterError
 from .format import ConcatenatedFiles, IndexedFile
 
@@ -216,7 +216,7 @@ def find_language_pairs(paths_or_dir, src: str | None = None, tgt: str | None = 
         # data_files list only the .bin of each pair: its .idx goes with it, unless a local
         # one is missing (remote partners are checked when the files are opened).
         partner = path[:-4] + ".idx"
-        if match["ext"] == "bin" and ("://" in path or os.path.isfile(partner)):
+        if match["ext"] == "bin" and (is_remote(path) or os.path.isfile(partner)):
             files[key].add("idx")
         pairs_seen.add((match["a"], match["b"]))
     if src is None:
@@ -300,6 +300,12 @@ def dictionary_path(folder: str, lang: str) -> str:
 
 # --- the pairs -------------------------------------------------------------------------------
 
+def check_upsample_primary(value) -> None:
+    """fairseq's ``--upsample-primary``: a whole number of at least 1."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ParameterError(f"upsample_primary must be a whole number >= 1, got {value!r}")
+
+
 class LanguagePairs:
     """Sentence pairs of one split: shards concatenated as fairseq's ``ConcatDataset`` does,
     the primary (first) shard repeated ``upsample_primary`` times.
@@ -311,8 +317,7 @@ class LanguagePairs:
     def __init__(self, shards: Sequence[tuple[IndexedFile, IndexedFile]], upsample_primary: int = 1):
         if not shards:
             raise ParameterError("LanguagePairs needs at least one (source, target) shard")
-        if int(upsample_primary) != upsample_primary or upsample_primary < 1:
-            raise ParameterError(f"upsample_primary must be a whole number >= 1, got {upsample_primary!r}")
+        check_upsample_primary(upsample_primary)
         for source, target in shards:
             if source.num_sequences != target.num_sequences:
                 raise FormatError(target.idx_path, "sequence count",

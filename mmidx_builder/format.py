@@ -276,6 +276,18 @@ def _exists(path: str, opener) -> bool:
         return False
 
 
+def check_partners(idx_path: str, bin_path: str, opener=None) -> None:
+    """Both files of a pair exist (through ``opener`` when given), else a MissingPartnerError
+    naming the one that is missing."""
+    idx_there, bin_there = _exists(idx_path, opener), _exists(bin_path, opener)
+    if not idx_there and not bin_there:
+        raise MissingPartnerError(split_prefix(idx_path), "files", f"{idx_path} and {bin_path}", "neither exists")
+    for present, missing, there in ((idx_path, bin_path, bin_there), (bin_path, idx_path, idx_there)):
+        if not there:
+            raise MissingPartnerError(missing, "file", "the partner of " + present, "no such file",
+                                      hint="a .bin/.idx pair needs both files")
+
+
 class IndexedFile:
     """One validated ``.bin``/``.idx`` pair.
 
@@ -325,13 +337,7 @@ class IndexedFile:
         """
         prefix = split_prefix(path)
         idx_path, bin_path = idx_path or prefix + ".idx", bin_path or prefix + ".bin"
-        idx_there, bin_there = _exists(idx_path, opener), _exists(bin_path, opener)
-        if not idx_there and not bin_there:
-            raise MissingPartnerError(prefix, "files", f"{idx_path} and {bin_path}", "neither exists")
-        for present, missing, there in ((idx_path, bin_path, bin_there), (bin_path, idx_path, idx_there)):
-            if not there:
-                raise MissingPartnerError(missing, "file", "the partner of " + present, "no such file",
-                                          hint="a .bin/.idx pair needs both files")
+        check_partners(idx_path, bin_path, opener)
         idx, idx_size = _read_idx_bytes(idx_path, opener)
         header = parse_header(bytes(idx[:MEGATRON_HEADER_SIZE]), idx_size, idx_path)
         reader = MemmapBinReader(bin_path, header.dtype) if opener is None else FileBinReader(bin_path, header.dtype, opener)

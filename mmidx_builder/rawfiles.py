@@ -72,7 +72,8 @@ _OPEN_MAPS = _open_maps_limit()
 _MAX_SEQUENCE_LENGTH = np.iinfo(np.int32).max
 
 
-def _check_n_bytes(n_bytes: int) -> int:
+def check_n_bytes(n_bytes: int) -> int:
+    """``n_bytes`` if it is one of 1-4, else a ParameterError."""
     if n_bytes not in N_BYTES_CHOICES:
         raise ParameterError(f"n_bytes must be one of {N_BYTES_CHOICES}, got {n_bytes!r}")
     return int(n_bytes)
@@ -80,7 +81,7 @@ def _check_n_bytes(n_bytes: int) -> int:
 
 def eof_id(n_bytes: int) -> int:
     """The end-of-file token: one past the largest byte token, ``2**(8*n_bytes)``."""
-    return 2 ** (8 * _check_n_bytes(n_bytes))
+    return 2 ** (8 * check_n_bytes(n_bytes))
 
 
 def token_dtype(n_bytes: int) -> np.dtype:
@@ -151,7 +152,7 @@ class RawFiles:
 
     def __init__(self, paths: Sequence[str | os.PathLike], n_bytes: int, *,
                  opener: Callable[..., IO[bytes]] | None = None, sizes: Sequence[int] | None = None):
-        self.n_bytes = _check_n_bytes(n_bytes)
+        self.n_bytes = check_n_bytes(n_bytes)
         self.paths = [os.fspath(p) for p in paths]
         self.dtype = token_dtype(self.n_bytes)
         self.eof = eof_id(self.n_bytes)

@@ -31,7 +31,7 @@ from .. import sampling
 from .._io import file_identity, is_remote
 from ..dtypes import cast_tokens, integer_dtype
 from ..errors import MissingPartnerError, ParameterError
-from ..format import split_prefix
+from ..format import check_partners, split_prefix
 from . import registry
 from .registry import cache_root, record_checksums
 
@@ -118,8 +118,8 @@ def identity_paths(files) -> list[str]:
 
 
 def pair_data_files(split: str, files: list[str]) -> list[tuple[str, str]]:
-    """(bin, idx) per pair, in the given order, matched on the original names. A local
-    .bin without its .idx (or the reverse) is named before anything is read."""
+    """(bin, idx) per pair, in the given order, matched on the original names. A local pair
+    missing a file is named before anything is downloaded or read."""
     prefixes, seen = [], set()
     bins = {split_prefix(f) for f in files if f.endswith(".bin")}
     for f in files:
@@ -135,13 +135,8 @@ def pair_data_files(split: str, files: list[str]) -> list[tuple[str, str]]:
             prefixes.append(prefix)
     pairs = [(p + ".bin", p + ".idx") for p in prefixes]
     for bin_path, idx_path in pairs:
-        if is_remote(bin_path):
-            continue  # IndexedFile.open checks remote partners through the opener
-        there = {p: os.path.isfile(p) for p in (bin_path, idx_path)}
-        if not all(there.values()):
-            present, missing = (bin_path, idx_path) if there[bin_path] else (idx_path, bin_path)
-            raise MissingPartnerError(missing, "file", f"the partner of {present}", "no such file",
-                                      hint="a .bin/.idx pair needs both files")
+        if not is_remote(bin_path):  # remote partners are checked when opened, through the opener
+            check_partners(idx_path, bin_path)
     return pairs
 
 

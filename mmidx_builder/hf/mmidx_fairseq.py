@@ -15,10 +15,11 @@ import datasets
 import pyarrow as pa
 
 from .._io import file_identity, is_remote
-from ..fairseq import Dictionary, LanguagePairs, dictionary_path, find_language_pairs, is_pair_file, pair_tables
+from ..fairseq import (Dictionary, LanguagePairs, check_upsample_primary, dictionary_path, find_language_pairs,
+                       is_pair_file, pair_tables)
 from ..format import IndexedFile, split_prefix
 from ..errors import ParameterError
-from .common import BaseBuilder, BaseConfig, check_integer, identity_paths, ranged, split_files
+from .common import BaseBuilder, BaseConfig, identity_paths, ranged, split_files
 
 
 @dataclass
@@ -42,7 +43,7 @@ class FairseqConfig(BaseConfig):
 
     def validate(self) -> None:
         super().validate()
-        check_integer("upsample_primary", self.upsample_primary, 1)
+        check_upsample_primary(self.upsample_primary)
         if (self.source_lang is None) != (self.target_lang is None):
             raise ParameterError("give both source_lang and target_lang or neither, got "
                                  f"source_lang={self.source_lang!r}, target_lang={self.target_lang!r}")

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from .._io import is_remote
 from ..errors import ParameterError
-from ..rawfiles import N_BYTES_CHOICES, RawFiles
+from ..rawfiles import RawFiles, check_n_bytes
 from .common import GPTConfig, GPTPlan, GPTSamplesBuilder, ranged
 
 # Files with these names among the data files map files to labels (mmidx_raw_chunks).
@@ -19,8 +19,7 @@ RAW_METADATA_FILES = ("metadata.csv", "metadata.jsonl")
 
 
 def check_raw_settings(n_bytes, style: str, expected_style: str, other_builder: str) -> None:
-    if n_bytes not in N_BYTES_CHOICES:
-        raise ParameterError(f"n_bytes must be one of {N_BYTES_CHOICES}, got {n_bytes!r}")
+    check_n_bytes(n_bytes)
     if style != expected_style:
         raise ParameterError(f"style={style!r} is not this builder's ({expected_style!r}); "
                              f"style 'concat' is the mmidx_raw builder's, 'diff' the {other_builder} builder's")
