@@ -153,7 +153,8 @@ class ConvertSummary:
         limit = self.model_max_length
         if not self.long_documents:
             return f"{limit:,} (tokenizer_config.json); no document is longer"
-        return (f"WARNING: {self.long_documents:,} documents are longer than the tokenizer's model_max_length "
+        many = f"{self.long_documents:,} documents are" if self.long_documents > 1 else "1 document is"
+        return (f"WARNING: {many} longer than the tokenizer's model_max_length "
                 f"{limit:,} (the longest has {self.longest_document:,} tokens, {self.longest_document / limit:,.1f}x); "
                 f"they are kept whole, as preprocess_data.py keeps them: train with packed sequences "
                 f"(GPTDataset's seq_length), not one document per example")
