@@ -9,7 +9,9 @@ The path of one document:
 Outputs are named as preprocess_data names them, ``{prefix}_{key}_document.bin/.idx``, and
 hold what it writes: uint16 ids below 65,500 vocabulary entries else int32 (Megatron's
 ``DType.optimal_dtype``), EOD appended to every non-empty document, and a document that
-tokenizes to nothing stored as a document of zero sequences.
+tokenizes to nothing stored as a document of zero sequences. With ``split_sentences``
+(:mod:`.sentences`) every non-empty sentence is one sequence of its document, the EOD
+closes the last one, and the names end in ``_sentence``.
 
 Sharding for clusters: the inputs are laid end to end as one byte range, cut into K equal
 parts; shard i converts every unit (a line of an uncompressed file; a whole compressed or
@@ -38,6 +40,7 @@ import numpy as np
 
 from .errors import ConvertError, MMIdxError
 from .format import IndexedFile, IndexedFileWriter, split_prefix
+from .sentences import SentenceSplitter
 from .tokenize import Tokenizer, load_tokenizer, output_dtype
 
 COMPRESSION_SUFFIXES = (".gz", ".bz2", ".xz", ".lzma", ".zst", ".zstd")
@@ -94,6 +97,8 @@ class BatchResult:
     lengths: dict  # key -> tokens per document (0: the document tokenized to nothing)
     bad: list  # (where, problem) per bad record, in order
     input_bytes: int
+    # Split sentences only: key -> (sequences per document, every sequence's length).
+    sentences: dict | None = None
 
 
 @dataclasses.dataclass
@@ -112,12 +117,22 @@ class ConvertSummary:
     seconds: float = 0.0
     workers: int = 1
     shard: tuple | None = None  # (index, count)
+    eod: str = ""  # the EOD id and where it came from, with --append-eod
+    special_tokens: bool = False
+    sentences: str = ""  # the sentence splitter, with --split-sentences
+    model_max_length: int | None = None  # from tokenizer_config.json
+    long_documents: int = 0  # documents (per key) longer than model_max_length
+    longest_document: int = 0  # tokens, EOD included
 
     def table(self) -> str:
         seconds = max(self.seconds, 1e-9)
         total_tokens = sum(self.tokens.values())
-        rows = [("tokenizer", self.tokenizer), ("dtype", self.dtype),
-                ("workers", str(self.workers))]
+        rows = [("tokenizer", self.tokenizer + (" + post-processor special tokens" if self.special_tokens else "")),
+                ("dtype", self.dtype), ("workers", str(self.workers))]
+        if self.eod:
+            rows.append(("EOD", self.eod))
+        if self.sentences:
+            rows.append(("sentences", self.sentences))
         if self.shard:
             rows.append(("shard", f"{self.shard[0]} of {self.shard[1]}"))
         rows += [("documents", f"{self.documents:,} ({self.empty_documents:,} tokenized to nothing)"),
@@ -129,15 +144,30 @@ class ConvertSummary:
                            f"{self.input_bytes / 1e6 / seconds:,.1f} MB/s")]
         rows += [(f"output [{key}]", f"{prefix}.bin/.idx ({self.tokens.get(key, 0):,} tokens)")
                  for key, prefix in self.outputs.items()]
+        if self.model_max_length:
+            rows.append(("model max length", self.length_note()))
         width = max(len(name) for name, _ in rows)
         lines = [f"{name:<{width}}  {value}" for name, value in rows]
         lines += [f"  bad: {where}: {problem}" for where, problem in self.bad_examples]
         return "\n".join(lines)
 
+    def length_note(self) -> str:
+        """The tokenizer's model_max_length against the documents: nothing is truncated (as in
+        preprocess_data.py), so longer documents are for the training side to pack or cut."""
+        limit = self.model_max_length
+        if not self.long_documents:
+            return f"{limit:,} (tokenizer_config.json); no document is longer"
+        many = f"{self.long_documents:,} documents are" if self.long_documents > 1 else "1 document is"
+        return (f"WARNING: {many} longer than the tokenizer's model_max_length "
+                f"{limit:,} (the longest has {self.longest_document:,} tokens, {self.longest_document / limit:,.1f}x); "
+                f"they are kept whole, as preprocess_data.py keeps them: train with packed sequences "
+                f"(GPTDataset's seq_length), not one document per example")
 
-def output_prefix_for(prefix: str, key: str) -> str:
-    """Megatron's name: ``{prefix}_{key}_document`` (level "document"; no sentence splitting)."""
-    return f"{prefix}_{key}_document"
+
+def output_prefix_for(prefix: str, key: str, level: str = "document") -> str:
+    """Megatron's name: ``{prefix}_{key}_{level}``, level ``document``, or ``sentence`` when
+    sentences are split."""
+    return f"{prefix}_{key}_{level}"
 
 
 # --- inputs ----------------------------------------------------------------------------
@@ -387,8 +417,8 @@ _STATE: dict = {}
 
 
 def _init_worker(tokenizer: Tokenizer, keys: list[str], append_eod: bool, dtype: np.dtype,
-                 max_document_chars: int = 0) -> None:
-    _STATE.update(tokenizer=tokenizer, keys=keys, append_eod=append_eod, dtype=dtype,
+                 splitter: SentenceSplitter | None = None, max_document_chars: int = 0) -> None:
+    _STATE.update(tokenizer=tokenizer, keys=keys, append_eod=append_eod, dtype=dtype, splitter=splitter,
                   max_document_chars=max_document_chars)
 
 
@@ -469,13 +499,53 @@ def _tokenize_batch(batch: Batch) -> BatchResult:
     tokenizer, keys = _STATE["tokenizer"], _STATE["keys"]
     append_eod, dtype = _STATE["append_eod"], _STATE["dtype"]
     bad: list = []
-    _, values = _values(batch, keys, bad)
-    tokens, lengths = {}, {}
+    kept, values = _values(batch, keys, bad)
+    splitter = _STATE.get("splitter")
+    eod = tokenizer.eod_id if append_eod else None
+    tokens, lengths, sentences = {}, {}, {} if splitter else None
     for key in keys:
         texts = values[key]
+        if splitter:
+            pieces = [_split(splitter, text, batch.where(k), key) for k, text in zip(kept, texts)]
+            flat = [sentence for piece in pieces for sentence in piece]
+            encoded = tokenizer.encode_batch(flat) if flat else []
+            tokens[key], lengths[key], sentences[key] = _flatten_sentences(encoded, [len(p) for p in pieces],
+                                                                          eod, dtype)
+            continue
         encoded = texts if tokenizer.pretokenized else (tokenizer.encode_batch(texts) if texts else [])
-        tokens[key], lengths[key] = _flatten(encoded, tokenizer.eod_id if append_eod else None, dtype)
-    return BatchResult(tokens, lengths, bad, batch.input_bytes)
+        tokens[key], lengths[key] = _flatten(encoded, eod, dtype)
+    return BatchResult(tokens, lengths, bad, batch.input_bytes, sentences)
+
+
+def _split(splitter: SentenceSplitter, text: str, where: str, key: str) -> list[str]:
+    try:
+        return splitter.split(text)
+    except TimeoutError as error:  # nltk's guard against regular expressions that backtrack for ever
+        raise ConvertError(f"{where}: nltk's Punkt gave up splitting the {key!r} text into sentences ({error}); "
+                           "--keep-newlines' pattern is slow on long runs without whitespace (preprocess_data.py "
+                           "stops there too): convert without --keep-newlines or clean the text") from None
+
+
+def _flatten_sentences(encoded: list, counts: list[int], eod: int | None, dtype: np.dtype):
+    """preprocess_data's sentence level: a sentence that tokenizes to nothing is dropped, the
+    others are the document's sequences, and the EOD lengthens the last one."""
+    per_document, sequence_lengths, document_lengths, parts = [], [], [], []
+    first = 0
+    for count in counts:
+        kept = [ids for ids in encoded[first:first + count] if len(ids)]
+        first += count
+        lengths = [len(ids) for ids in kept]
+        parts.extend(kept)
+        if kept and eod is not None:
+            parts.append((eod,))
+            lengths[-1] += 1
+        per_document.append(len(lengths))
+        sequence_lengths.extend(lengths)
+        document_lengths.append(sum(lengths))
+    total = sum(document_lengths)
+    flat = np.fromiter(itertools.chain.from_iterable(parts), dtype, count=total)
+    return flat, np.array(document_lengths, np.int64), (np.array(per_document, np.int64),
+                                                        np.array(sequence_lengths, np.int64))
 
 
 def _flatten(encoded: list, eod: int | None, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
@@ -543,12 +613,16 @@ def convert(inputs: Sequence[str] | str, output_prefix: str, tokenizer: str | To
             json_keys: Sequence[str] = ("text",), append_eod: bool = False, eod_id: int | None = None,
             vocab_size: int | None = None, workers: int = 1, num_shards: int = 1, shard_index: int = 0,
             one_document_per_file: bool = False, streaming: bool = False, skip_bad_records: bool = False,
-            overwrite: bool = False, progress: bool = False,
+            overwrite: bool = False, progress: bool = False, add_special_tokens: bool = False,
+            split_sentences: bool = False, keep_newlines: bool = False, lang: str = "english",
             max_document_chars: int = MAX_DOCUMENT_CHARS) -> ConvertSummary:
     """Tokenizes ``inputs`` into ``{output_prefix}_{key}_document.bin/.idx`` per JSON key.
 
     ``tokenizer`` is ``"bytes"``, ``"none"`` (records hold token-id lists; give
-    ``vocab_size``), a ``tokenizer.json`` or a sentencepiece ``.model``. Documents keep
+    ``vocab_size``), a ``tokenizer.json`` or a sentencepiece ``.model``; ids are what
+    megatron-core's tokenizer gives (no truncation, no padding, no special tokens unless
+    ``add_special_tokens``). ``split_sentences`` (nltk Punkt for ``lang``; ``keep_newlines``)
+    writes ``..._{key}_sentence`` pairs with one sequence per sentence. Documents keep
     input order for any ``workers``. ``num_shards``/``shard_index`` convert one contiguous
     slice; :func:`merge` of all slices in order equals a single run. Raises
     :class:`ConvertError` on the first bad record (file and line) unless
@@ -569,15 +643,21 @@ def convert(inputs: Sequence[str] | str, output_prefix: str, tokenizer: str | To
     planned = plan_inputs(inputs, one_document_per_file=one_document_per_file)
     if any(item.kind == "text" for item in planned) and len(keys) > 1:
         raise ConvertError(f"text inputs have one field; give one JSON key, not {keys}")
-    tok = load_tokenizer(tokenizer, eod_id=eod_id, vocab_size=vocab_size)
+    tok = load_tokenizer(tokenizer, eod_id=eod_id, vocab_size=vocab_size, add_special_tokens=add_special_tokens)
     if append_eod and tok.eod_id is None:
         raise ConvertError(f"tokenizer {tok.name!r} has no end-of-document token; pass --eod-id")
     dtype = output_dtype(tok.vocab_size)
     if tok.eod_id is not None and not 0 <= tok.eod_id <= np.iinfo(dtype).max:
         raise ConvertError(f"the end-of-document id {tok.eod_id} does not fit the output dtype {dtype.name} "
                            f"(ids 0..{np.iinfo(dtype).max}); give an id inside the vocabulary")
+    if keep_newlines and not split_sentences:
+        raise ConvertError("--keep-newlines keeps newlines between split sentences; it needs --split-sentences")
+    if split_sentences and tok.pretokenized:
+        raise ConvertError("--split-sentences splits text; --tokenizer none reads token-id lists")
+    splitter = SentenceSplitter(lang, keep_newlines) if split_sentences else None
 
-    outputs = {key: output_prefix_for(split_prefix(output_prefix), key) for key in keys}
+    level = "sentence" if split_sentences else "document"
+    outputs = {key: output_prefix_for(split_prefix(output_prefix), key, level) for key in keys}
     if not overwrite:
         for prefix in outputs.values():
             for path in (prefix + ".bin", prefix + ".idx"):
@@ -588,12 +668,17 @@ def convert(inputs: Sequence[str] | str, output_prefix: str, tokenizer: str | To
                      skip_bad=skip_bad_records, streaming=streaming)
     summary = ConvertSummary(outputs=outputs, tokenizer=tok.name, dtype=dtype.name, workers=workers,
                              shard=(shard_index, num_shards) if num_shards > 1 else None,
-                             tokens={key: 0 for key in keys})
+                             tokens={key: 0 for key in keys}, special_tokens=tok.add_special_tokens,
+                             model_max_length=tok.model_max_length)
+    if append_eod:
+        summary.eod = f"{tok.eod_id}" + (f" = {tok.eod_source}" if tok.eod_source else "")
+    if splitter:
+        summary.sentences = f"{splitter.source}" + (", newlines kept" if keep_newlines else "")
     writers = {}
     try:
         for key, prefix in outputs.items():
             writers[key] = IndexedFileWriter(prefix, dtype=dtype)
-        initargs = (tok, keys, append_eod, dtype, max_document_chars)
+        initargs = (tok, keys, append_eod, dtype, splitter, max_document_chars)
         with contextlib.ExitStack() as stack:
             if workers == 1:
                 _init_worker(*initargs)
@@ -629,12 +714,22 @@ def _write(result: BatchResult, writers: dict, summary: ConvertSummary, skip_bad
         summary.bad_examples.extend(result.bad[:max(room, 0)])
     for key, writer in writers.items():
         tokens, lengths = result.tokens[key], result.lengths[key]
-        offset = 0
-        for length in lengths.tolist():
-            # A document that tokenized to nothing is a document of no sequence, as in Megatron.
-            writer.add_document(tokens[offset:offset + length], sequence_lengths=[length] if length else [])
+        per_document, sequence_lengths = result.sentences[key] if result.sentences else (None, None)
+        offset = first = 0
+        for document, length in enumerate(lengths.tolist()):
+            if per_document is None:
+                # A document that tokenized to nothing is a document of no sequence, as in Megatron.
+                sequences = [length] if length else []
+            else:
+                count = int(per_document[document])
+                sequences = sequence_lengths[first:first + count]
+                first += count
+            writer.add_document(tokens[offset:offset + length], sequence_lengths=sequences)
             offset += length
         summary.tokens[key] += offset
+        if summary.model_max_length and len(lengths):
+            summary.long_documents += int((lengths > summary.model_max_length).sum())
+            summary.longest_document = max(summary.longest_document, int(lengths.max()))
     first = next(iter(result.lengths.values()))
     summary.documents += len(first)
     summary.empty_documents += int((first == 0).sum())

@@ -3,11 +3,16 @@
     spec                        adapter                 vocab size              end of document
     bytes                       BytesTokenizer          257                     256
     none                        PretokenizedTokenizer   --vocab-size            --eod-id
-    PATH/tokenizer.json, DIR    HFTokenizersTokenizer   with added tokens       </s>, <|endoftext|>, ...
+    PATH/tokenizer.json, DIR    HFTokenizersTokenizer   with added tokens       eos_token (tokenizer_config.json),
+                                                                                else sep_token, else </s>, ...
     PATH.model                  SentencePieceTokenizer  piece count             eos_id
 
 Every adapter has ``encode_batch(texts) -> list of token-id lists``, the tokenizer's own
-batch call, so the tokens written are exactly what the tokenizer's ``encode`` gives.
+batch call, so the tokens written are exactly what the tokenizer's ``encode`` gives. They
+give what megatron-core's tokenizers (preprocess_data.py's default path) give: a document is
+never truncated or padded, whatever a tokenizer.json says, and no special tokens are added
+unless ``add_special_tokens`` (a tokenizer.json's post-processor: [CLS] ... [SEP], a BOS;
+sentencepiece: BOS).
 ``tokenizers`` and ``sentencepiece`` are optional extras, imported only when asked for.
 Adapters pickle as their spec and reload in a worker process, never as a model.
 """
@@ -21,6 +26,7 @@ import numpy as np
 
 from .dtypes import megatron_writer_dtype as output_dtype  # noqa: F401  (the dtype convert writes)
 from .errors import ConvertError
+from .tokenizer_config import TokenizerConfig, read_tokenizer_config
 
 # Special tokens that mean "end of document", in the order they are looked for.
 EOD_TOKENS = ("<|endoftext|>", "</s>", "<eos>", "<|end_of_text|>", "<|eos|>", "[EOS]")
@@ -32,7 +38,10 @@ class Tokenizer:
     name: str = ""
     vocab_size: int = 0
     eod_id: int | None = None
+    eod_source: str = ""  # where eod_id came from, for the summary
     pretokenized = False
+    add_special_tokens = False
+    model_max_length: int | None = None  # the model's context, when the tokenizer files say
 
     def encode_batch(self, texts: Sequence[str]) -> list:
         raise NotImplementedError
@@ -96,22 +105,40 @@ def _import(module: str, extra: str):
 
 
 class HFTokenizersTokenizer(_LoadedFromFile):
-    """A HuggingFace ``tokenizers`` file (``tokenizer.json``), e.g. from a model repo."""
+    """A HuggingFace ``tokenizers`` file (``tokenizer.json``), e.g. from a model repo, read
+    as transformers reads it for Megatron: with the special tokens of the
+    ``tokenizer_config.json`` beside it (see :mod:`.tokenizer_config`), never truncated or
+    padded, and the post-processor's special tokens only with ``add_special_tokens``."""
 
     _native = "_tokenizer"
 
-    def __init__(self, path: str, eod_id: int | None = None):
+    def __init__(self, path: str, eod_id: int | None = None, add_special_tokens: bool = False):
         self.path = path
         self.name = path
+        self.add_special_tokens = add_special_tokens
+        self.config: TokenizerConfig = read_tokenizer_config(os.path.dirname(os.path.abspath(path)))
         self._load()
+        self.model_max_length = self.config.model_max_length
         # Added tokens count: Megatron's HuggingFaceTokenizer.vocab_size is len(tokenizer).
         self.vocab_size = self._tokenizer.get_vocab_size(with_added_tokens=True)
         if eod_id is None:
-            eod_id = next((self._tokenizer.token_to_id(t) for t in EOD_TOKENS
-                           if self._tokenizer.token_to_id(t) is not None), None)
+            eod_id, self.eod_source = self._find_eod()
+        else:
+            self.eod_source = "--eod-id"
         self.eod_id = eod_id
         if eod_id is not None:
             self.vocab_size = max(self.vocab_size, eod_id + 1)
+
+    def _find_eod(self) -> tuple[int | None, str]:
+        token, key = self.config.eod_token()
+        if token is not None:  # registered by _load, so it has an id
+            files = " + ".join(os.path.basename(f) for f in self.config.files)
+            return self._tokenizer.token_to_id(token), f"{token} ({key} of {files})"
+        # Where Megatron would find none (and crash on --append-eod), the usual names.
+        for token in EOD_TOKENS:
+            if self._tokenizer.token_to_id(token) is not None:
+                return self._tokenizer.token_to_id(token), token
+        return None, ""
 
     def _load(self) -> None:
         tokenizers = _import("tokenizers", "tokenizers")
@@ -119,23 +146,52 @@ class HFTokenizersTokenizer(_LoadedFromFile):
             self._tokenizer = tokenizers.Tokenizer.from_file(self.path)
         except Exception as error:  # tokenizers raises a bare Exception for unreadable files
             raise ConvertError(f"{self.path}: cannot load as a tokenizers file (tokenizer.json): {error}") from None
+        # Many published tokenizer.json files (sentence-embedding and encoder models) carry
+        # truncation to 128 or 512 tokens and fixed-length padding, which `encode` applies:
+        # a document must never lose its tail or gain [PAD]s. transformers turns both off on
+        # every call Megatron makes, so Megatron keeps every token too.
+        self._tokenizer.no_truncation()
+        self._tokenizer.no_padding()
+        self._register_config_tokens(tokenizers)
+
+    def _register_config_tokens(self, tokenizers) -> None:
+        """tokenizer_config.json's special tokens that tokenizer.json does not hold as added
+        tokens become special added tokens, as transformers' from_pretrained makes them."""
+        added = {token.content for token in self._tokenizer.get_added_tokens_decoder().values()}
+        missing = []
+        for token in self.config.in_registration_order():
+            if token.content not in added:
+                added.add(token.content)
+                missing.append(tokenizers.AddedToken(token.content, single_word=token.single_word,
+                                                     lstrip=token.lstrip, rstrip=token.rstrip,
+                                                     normalized=token.normalized, special=True))
+        if missing:
+            self._tokenizer.add_special_tokens(missing)
 
     def encode_batch(self, texts):
-        return [encoding.ids for encoding in self._tokenizer.encode_batch(list(texts))]
+        encodings = self._tokenizer.encode_batch(list(texts), add_special_tokens=self.add_special_tokens)
+        return [encoding.ids for encoding in encodings]
 
 
 class SentencePieceTokenizer(_LoadedFromFile):
-    """A sentencepiece ``.model``; ids as ``encode_as_ids`` gives them (no BOS/EOS added)."""
+    """A sentencepiece ``.model``; ids as ``encode_as_ids`` gives them (no BOS/EOS added), or
+    with ``add_special_tokens`` the model's BOS first (Megatron's legacy Llama2Tokenizer)."""
 
     _native = "_processor"
 
-    def __init__(self, path: str, eod_id: int | None = None):
+    def __init__(self, path: str, eod_id: int | None = None, add_special_tokens: bool = False):
         self.path = path
         self.name = path
+        self.add_special_tokens = add_special_tokens
         self._load()
         self.vocab_size = self._processor.get_piece_size()
+        if add_special_tokens and self._processor.bos_id() < 0:
+            raise ConvertError(f"{path}: add_special_tokens prepends the model's BOS, but this sentencepiece "
+                               "model has none (bos_id -1)")
+        self.eod_source = "--eod-id" if eod_id is not None else ""
         if eod_id is None and self._processor.eos_id() >= 0:
             eod_id = self._processor.eos_id()
+            self.eod_source = f"{self._processor.id_to_piece(eod_id)} (the model's eos_id)"
         self.eod_id = eod_id
         if eod_id is not None:
             self.vocab_size = max(self.vocab_size, eod_id + 1)
@@ -148,14 +204,19 @@ class SentencePieceTokenizer(_LoadedFromFile):
             raise ConvertError(f"{self.path}: cannot load as a sentencepiece model: {error}") from None
 
     def encode_batch(self, texts):
-        return self._processor.encode(list(texts), out_type=int)
+        return self._processor.encode(list(texts), out_type=int, add_bos=self.add_special_tokens)
 
 
-def load_tokenizer(spec: str, *, eod_id: int | None = None, vocab_size: int | None = None) -> Tokenizer:
+def load_tokenizer(spec: str, *, eod_id: int | None = None, vocab_size: int | None = None,
+                   add_special_tokens: bool = False) -> Tokenizer:
     """The adapter for ``spec``: ``bytes``, ``none``, a ``tokenizer.json`` (or a folder
-    holding one), or a sentencepiece ``.model``. ``eod_id`` overrides the tokenizer's own."""
+    holding one), or a sentencepiece ``.model``. ``eod_id`` overrides the tokenizer's own;
+    ``add_special_tokens`` adds what the tokenizer's post-processor adds (see the module)."""
     if isinstance(spec, Tokenizer):
         return spec
+    if add_special_tokens and spec in ("bytes", "none"):
+        raise ConvertError(f"--add-special-tokens applies to tokenizer.json and sentencepiece tokenizers, "
+                           f"not to --tokenizer {spec}")
     if spec == "bytes":
         return BytesTokenizer(eod_id)
     if spec == "none":
@@ -167,9 +228,9 @@ def load_tokenizer(spec: str, *, eod_id: int | None = None, vocab_size: int | No
         raise ConvertError(f"tokenizer {spec!r}: no such file; give 'bytes', 'none', a tokenizer.json "
                            "(or a folder holding one) or a sentencepiece .model")
     if path.endswith(".model"):
-        return SentencePieceTokenizer(path, eod_id)
+        return SentencePieceTokenizer(path, eod_id, add_special_tokens)
     if path.endswith(".json"):
-        return HFTokenizersTokenizer(path, eod_id)
+        return HFTokenizersTokenizer(path, eod_id, add_special_tokens)
     raise ConvertError(f"tokenizer {spec!r}: expected a tokenizer.json (tokenizers) or a .model "
                        f"(sentencepiece), found the extension {os.path.splitext(path)[1] or '(none)'!r}")
 

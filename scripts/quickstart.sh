@@ -11,5 +11,6 @@ python3 -m venv .venv
 # The differential-test oracle (megatron-core 0.19.2 on CPU torch; see the script for why
 # each step). Without a local CPU torch wheel it is skipped and so are the oracle tests.
 bash scripts/install_oracle.sh .venv
+bash scripts/install_oracle_extras.sh .venv
 
 .venv/bin/python examples/quickstart.py "${1:-example}"

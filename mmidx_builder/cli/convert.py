@@ -17,6 +17,13 @@ def add_commands(commands) -> None:
                         "(inputs hold token-id lists)")
     p.add_argument("--json-keys", nargs="+", default=["text"], metavar="KEY", help="default: text")
     p.add_argument("--append-eod", action="store_true", help="end every non-empty document with the EOD id")
+    p.add_argument("--add-special-tokens", action="store_true",
+                   help="add the tokenizer's post-processor special tokens ([CLS] ... [SEP], BOS) to every "
+                        "document, as Megatron's --legacy-tokenizer does (default: none, as its default path)")
+    p.add_argument("--split-sentences", action="store_true",
+                   help="one sequence per sentence (nltk Punkt), outputs PREFIX_KEY_sentence")
+    p.add_argument("--keep-newlines", action="store_true", help="with --split-sentences: keep newlines")
+    p.add_argument("--lang", default="english", help="Punkt language for --split-sentences (default english)")
     p.add_argument("--eod-id", type=int, help="overrides the tokenizer's end-of-document id")
     p.add_argument("--vocab-size", type=int, help="for --tokenizer none: sets the dtype (uint16 below 65500)")
     p.add_argument("--workers", type=int, default=1, help="tokenizing processes (default 1)")
@@ -47,7 +54,9 @@ def _run_convert(args) -> None:
                       workers=args.workers, num_shards=args.num_shards, shard_index=args.shard_index,
                       one_document_per_file=args.one_document_per_file, streaming=args.streaming,
                       skip_bad_records=args.skip_bad_records, overwrite=args.overwrite,
-                      progress=not args.no_progress, max_document_chars=args.max_document_chars)
+                      progress=not args.no_progress, max_document_chars=args.max_document_chars,
+                      add_special_tokens=args.add_special_tokens, split_sentences=args.split_sentences,
+                      keep_newlines=args.keep_newlines, lang=args.lang)
     print(summary.table())
 
 
