@@ -1,5 +1,5 @@
 """fairseq translation data: ``dict.{lang}.txt``, language-pair ``.bin/.idx`` files, and
-``max_tokens`` batches, read as fairseq 0.12.2 reads them.
+``max_tokens`` batches (``fairseq_batches``), read as fairseq 0.12 reads them.
 
 A binarized parallel corpus (``fairseq-preprocess``) is, per split and language::
 
@@ -27,6 +27,9 @@ import pyarrow as pa
 
 from ._io import atomic_output, is_remote
 from .errors import FormatError, MissingPartnerError, ParameterError
+# fairseq's max_tokens batching lives in its own module (pure index arithmetic); its names
+# stay importable from here.
+from .fairseq_batches import batch_by_size, max_tokens_batches, ordered_indices  # noqa: F401
 from .format import ConcatenatedFiles, IndexedFile
 
 OVERWRITE_FLAG = "#fairseq:overwrite"
@@ -308,7 +311,9 @@ def check_upsample_primary(value) -> None:
 
 class LanguagePairs:
     """Sentence pairs of one split: shards concatenated as fairseq's ``ConcatDataset`` does,
-    the primary (first) shard repeated ``upsample_primary`` times.
+    the primary (first) shard repeated ``upsample_primary`` times. A split of one shard is
+    never repeated: ``load_langpair_dataset`` makes a ``ConcatDataset``, and so upsamples,
+    only from several shards.
 
     Pair ``i`` is ``LanguagePairDataset[i]``'s ``source`` and ``target`` under
     ``load_langpair_dataset``'s defaults: the stored ids, unchanged.
@@ -326,7 +331,7 @@ class LanguagePairs:
         self.shards = list(shards)
         self.source = ConcatenatedFiles([s for s, _ in shards])
         self.target = ConcatenatedFiles([t for _, t in shards])
-        ratios = [int(upsample_primary)] + [1] * (len(shards) - 1)
+        ratios = [int(upsample_primary) if len(shards) > 1 else 1] + [1] * (len(shards) - 1)
         real = np.array([s.num_sequences for s, _ in shards], np.int64)
         # ConcatDataset.cumsum: shard k covers ids [ends[k-1], ends[k]); an id past a
         # shard's real size wraps around (the upsampled primary).
@@ -417,93 +422,3 @@ def pair_tables(pairs: LanguagePairs, start: int = 0, stop: int | None = None, b
         # By names, not schema: a batch of over 2**31 tokens holds large lists.
         yield pa.Table.from_arrays(columns, names=schema.names)
 
-
-# --- max_tokens batches ------------------------------------------------------------------------
-
-def ordered_indices(src_sizes, tgt_sizes=None, seed: int | None = 1, shuffle: bool = True) -> np.ndarray:
-    """``LanguagePairDataset.ordered_indices`` under ``numpy_seed(seed)``: a seeded
-    permutation, stably sorted by target length, then by source length."""
-    src_sizes = np.asarray(src_sizes)
-    n = len(src_sizes)
-    if shuffle:
-        indices = np.random.RandomState(seed).permutation(n).astype(np.int64)
-    else:
-        indices = np.arange(n, dtype=np.int64)
-    if tgt_sizes is not None:
-        indices = indices[np.argsort(np.asarray(tgt_sizes)[indices], kind="mergesort")]
-    return indices[np.argsort(src_sizes[indices], kind="mergesort")]
-
-
-def batch_by_size(indices: np.ndarray, num_tokens: np.ndarray, max_tokens: int | None = None,
-                  max_sentences: int | None = None, required_batch_size_multiple: int = 1) -> list[np.ndarray]:
-    """fairseq's ``batch_by_size_vec``: consecutive runs of ``indices`` whose
-    ``len(run) * max(num_tokens)`` stays <= ``max_tokens`` (and length <= ``max_sentences``),
-    cut to multiples of ``required_batch_size_multiple`` where the constraints allow.
-
-    ``num_tokens[k]`` belongs to ``indices[k]``.
-    """
-    indices = np.asarray(indices, np.int64)
-    num_tokens = np.asarray(num_tokens, np.int64)
-    if len(indices) == 0:
-        return []
-    max_tokens = -1 if max_tokens is None else int(max_tokens)
-    max_sentences = -1 if max_sentences is None else int(max_sentences)
-    multiple = int(required_batch_size_multiple)
-    if max_tokens > 0 and num_tokens.max() > max_tokens:
-        k = int(np.argmax(num_tokens))
-        raise ParameterError(f"example {int(indices[k])} has {int(num_tokens[k])} tokens, more than "
-                             f"max_tokens={max_tokens}; raise max_tokens or filter long examples first")
-    # A transliteration of fairseq's Cython loop: keeps the last complete batch
-    # [batch_start, ends[count]) and a tail after it, which joins the batch whenever the
-    # size multiple allows, so batches are cut on multiples when they can be.
-    sizes = num_tokens.tolist()
-    ends = [0] * len(sizes)
-    count = batch_start = 0
-    tail_max = batch_max = 0
-    for pos, size in enumerate(sizes):
-        tail_max = max(tail_max, size)
-        new_end = pos + 1
-        new_max = max(batch_max, tail_max)
-        sentences = new_end - batch_start
-        overflow = (max_sentences > 0 and sentences > max_sentences) or \
-                   (max_tokens > 0 and sentences * new_max > max_tokens)
-        fits_multiple = sentences < multiple or sentences % multiple == 0
-        if overflow:
-            tail_tokens = tail_max * (new_end - ends[count])
-            if max_tokens > 0 and tail_tokens > max_tokens:
-                count += 1
-                ends[count] = pos
-                tail_max = size
-            batch_start = ends[count]
-            count += 1
-            new_max = tail_max
-        if overflow or fits_multiple:
-            ends[count] = new_end
-            batch_max = new_max
-            tail_max = 0
-    if ends[count] != len(sizes):
-        count += 1
-    return np.split(indices, ends[:count])
-
-
-def max_tokens_batches(src_sizes, tgt_sizes, max_tokens: int | None, seed: int = 1, epoch: int = 1,
-                       max_sentences: int | None = None, required_batch_size_multiple: int = 1,
-                       shuffle: bool = True) -> list[np.ndarray]:
-    """fairseq's translation batches for one epoch: pair ids ordered by length
-    (:func:`ordered_indices` with ``seed``), cut by :func:`batch_by_size` on
-    ``max(source, target)`` tokens, then the batch order shuffled with ``seed + epoch``
-    (``EpochBatchIterator``; epochs count from 1).
-
-    Use it as a ``batch_sampler``; fairseq's defaults are ``seed=1`` and
-    ``required_batch_size_multiple=8``.
-    """
-    src_sizes = np.asarray(src_sizes, np.int64)
-    tgt_sizes = None if tgt_sizes is None else np.asarray(tgt_sizes, np.int64)
-    if tgt_sizes is not None and len(tgt_sizes) != len(src_sizes):
-        raise ParameterError(f"{len(src_sizes)} source sizes but {len(tgt_sizes)} target sizes")
-    indices = ordered_indices(src_sizes, tgt_sizes, seed=seed, shuffle=shuffle)
-    tokens = src_sizes[indices] if tgt_sizes is None else np.maximum(src_sizes[indices], tgt_sizes[indices])
-    batches = batch_by_size(indices, tokens, max_tokens, max_sentences, required_batch_size_multiple)
-    if shuffle:
-        np.random.RandomState(seed + epoch).shuffle(batches)
-    return batches

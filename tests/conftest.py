@@ -27,6 +27,31 @@ def megatron():
     return oracle
 
 
+@pytest.fixture(scope="session")
+def fairseq_python():
+    """The python of the virtual environment that holds fairseq, the oracle of the fairseq
+    differential tests (fairseq and its pins cannot share the project's venv, so the tests
+    run tests/fairseq_oracle.py under it in a subprocess).
+
+    MMIDX_FAIRSEQ_PYTHON names it; the default is .venv-fairseq/bin/python at the repository
+    root, where ``scripts/install_fairseq_oracle.sh`` installs it. Skips where it is missing,
+    except under MMIDX_REQUIRE_ORACLE=1 (CI), where it fails.
+    """
+    import subprocess
+    from pathlib import Path
+
+    python = os.environ.get("MMIDX_FAIRSEQ_PYTHON") or str(
+        Path(__file__).resolve().parent.parent / ".venv-fairseq" / "bin" / "python")
+    # find_spec, not import: importing fairseq takes seconds.
+    probe = "import importlib.util, sys; sys.exit(importlib.util.find_spec('fairseq') is None)"
+    if os.path.isfile(python) and subprocess.run([python, "-c", probe], capture_output=True).returncode == 0:
+        return python
+    why = f"no fairseq under {python} (install it: bash scripts/install_fairseq_oracle.sh .venv-fairseq)"
+    if os.environ.get("MMIDX_REQUIRE_ORACLE") == "1":
+        pytest.fail(f"the fairseq oracle is required here: {why}")
+    pytest.skip(why)
+
+
 # --- shared data makers: every test file builds its corpora with these -------------------
 
 def _random_documents(rng, lengths, vocab=60_000):

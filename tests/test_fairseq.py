@@ -1,18 +1,17 @@
-"""fairseq translation data read back as fairseq 0.12.2 would return it.
+"""fairseq translation data read back as fairseq 0.12 would return it.
 
-fairseq cannot be installed here (its build fails), so the pairs are written in its
-flavour by our writer, the way fairseq-preprocess lays them out (one sequence per
-sentence, EOS last, uint16 ids), and the expectations are spelled out from fairseq's
-code: Dictionary.add_from_file, load_langpair_dataset, ConcatDataset and
-LanguagePairDataset.__getitem__ / ordered_indices, batch_by_size_vec.
+These tests need no fairseq: the pairs are written in its flavour by our writer, the way
+fairseq-preprocess lays them out (one sequence per sentence, EOS last, uint16 ids), and the
+expectations are spelled out from fairseq's code: Dictionary.add_from_file,
+load_langpair_dataset, ConcatDataset and LanguagePairDataset.__getitem__. fairseq itself is
+the oracle in test_fairseq_oracle.py; batches are tested in test_fairseq_batches.py.
 """
 
 import numpy as np
 import pytest
 
 from mmidx_builder.errors import FormatError, MissingPartnerError, ParameterError
-from mmidx_builder.fairseq import (Dictionary, LanguagePairs, batch_by_size, find_language_pairs,
-                                   max_tokens_batches, ordered_indices, pair_tables)
+from mmidx_builder.fairseq import Dictionary, LanguagePairs, find_language_pairs, pair_tables
 from mmidx_builder.format import Flavour, IndexedFile, IndexedFileWriter
 
 WORDS = ["\u2581the", "\u2581cat", "s", "\u2581sat", "\u2581on", "\u2581mat", "\u2581Haus", "\u2581das", "\u2581ist",
@@ -137,6 +136,14 @@ def test_pairs_are_fairseqs_concatenation_with_upsampled_primary(corpus, upsampl
     np.testing.assert_array_equal(pairs.target_sizes, [len(t) for _, t in expected])
 
 
+def test_a_split_of_one_shard_is_never_upsampled(corpus):
+    folder, data = corpus
+    # load_langpair_dataset makes a ConcatDataset (with sample ratios) only from several shards.
+    pairs = LanguagePairs.open(find_language_pairs(folder)["valid"], upsample_primary=3)
+    assert pairs.num_pairs == len(data["valid"][0]) == 4
+    np.testing.assert_array_equal(pairs[3][1], data["valid"][1][3])
+
+
 def test_pair_tables_hold_the_pairs_and_their_text(corpus):
     folder, data = corpus
     pairs = LanguagePairs.open(find_language_pairs(folder)["train"], upsample_primary=2)
@@ -207,74 +214,7 @@ def test_several_pairs_need_the_languages_named(corpus):
     assert find_language_pairs(folder, "fr", "en")["train"][0].source_prefix == str(folder / "train.fr-en.fr")
 
 
-# --- max_tokens batches ----------------------------------------------------------------------
-
-def sizes(seed, n=300):
-    rng = np.random.default_rng(seed)
-    return rng.integers(1, 60, n), rng.integers(1, 60, n)
-
-
-def test_ordered_indices_sort_a_seeded_permutation_by_source_then_target():
-    src, tgt = sizes(0)
-    order = ordered_indices(src, tgt, seed=4)
-    permutation = np.random.RandomState(4).permutation(len(src))
-    # Stable sorts: by target, then by source, ties kept in permutation order.
-    expected = sorted(range(len(src)), key=lambda k: (src[permutation[k]], tgt[permutation[k]], k))
-    np.testing.assert_array_equal(order, permutation[expected])
-
-
-def greedy(indices, tokens, max_tokens, max_sentences):
-    """With a batch multiple of 1, fairseq's loop reduces to: start a new batch when the
-    next example would overflow max_tokens (padded) or max_sentences."""
-    batches, current, longest = [], [], 0
-    for index, n in zip(indices, tokens):
-        if current and ((len(current) + 1) * max(longest, n) > max_tokens or len(current) + 1 > max_sentences):
-            batches.append(current)
-            current, longest = [], 0
-        current.append(index)
-        longest = max(longest, n)
-    return batches + ([current] if current else [])
-
-
-@pytest.mark.parametrize("max_tokens,max_sentences", [(60, 10**9), (500, 10**9), (4096, 7), (59 * 300, 10**9)])
-def test_batch_by_size_with_multiple_one_is_greedy(max_tokens, max_sentences):
-    src, tgt = sizes(1)
-    indices = ordered_indices(src, tgt, seed=1)
-    tokens = np.maximum(src, tgt)[indices]
-    got = batch_by_size(indices, tokens, max_tokens, None if max_sentences == 10**9 else max_sentences)
-    assert [b.tolist() for b in got] == greedy(indices.tolist(), tokens.tolist(), max_tokens, max_sentences)
-
-
-def test_batch_by_size_cuts_on_the_required_multiple():
-    indices = np.arange(100)
-    # 20 sentences of 10 tokens fit 200; the largest multiple of 8 below is 16.
-    got = batch_by_size(indices, np.full(100, 10), max_tokens=200, required_batch_size_multiple=8)
-    assert [len(b) for b in got] == [16] * 6 + [4]
-    assert np.concatenate(got).tolist() == list(range(100))
-
-
-@pytest.mark.parametrize("multiple", (1, 8))
-def test_max_tokens_batches_per_epoch(multiple):
-    src, tgt = sizes(2)
-    first = max_tokens_batches(src, tgt, max_tokens=400, seed=3, epoch=1, required_batch_size_multiple=multiple)
-    second = max_tokens_batches(src, tgt, max_tokens=400, seed=3, epoch=2, required_batch_size_multiple=multiple)
-    again = max_tokens_batches(src, tgt, max_tokens=400, seed=3, epoch=1, required_batch_size_multiple=multiple)
-    for batches in (first, second):
-        everything = np.concatenate(batches)
-        assert sorted(everything.tolist()) == list(range(len(src)))
-        for b in batches:
-            assert len(b) * np.maximum(src[b], tgt[b]).max() <= 400
-    assert [b.tolist() for b in first] == [b.tolist() for b in again]
-    # Same batches, another order: only the batch order is shuffled per epoch.
-    assert sorted(map(tuple, first)) == sorted(map(tuple, second))
-    assert [b.tolist() for b in first] != [b.tolist() for b in second]
-    # The unshuffled order is the length order of ordered_indices.
-    ordered = batch_by_size(ordered_indices(src, tgt, seed=3), np.maximum(src, tgt)[ordered_indices(src, tgt, seed=3)],
-                            400, None, multiple)
-    assert sorted(map(tuple, ordered)) == sorted(map(tuple, first))
-    with pytest.raises(ParameterError, match="max_tokens"):
-        max_tokens_batches(src, tgt, max_tokens=30, seed=3, epoch=1)
-
+# --- files -------------------------------------------------------------------------------------
 
 def test_files_written_by_the_writer_are_fairseq_flavour(corpus):
     folder, _ = corpus
