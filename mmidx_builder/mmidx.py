@@ -29,7 +29,7 @@ import datasets
 import numpy as np
 import pyarrow as pa
 
-from . import sampling
+from . import provenance, sampling
 from .errors import MissingPartnerError, ParameterError
 from .format import ConcatenatedFiles, IndexedFile, split_prefix
 from .fairseq import Dictionary, LanguagePairs, dictionary_path, find_language_pairs, pair_tables
@@ -447,6 +447,7 @@ class MMIdx(datasets.ArrowBasedBuilder):
         for split, files in self.config.data_files.items():
             plan = self._plan_split(str(split), [str(f) for f in files], dl_manager, cache_dir)
             source, layout = _open_plan(plan, open)
+            provenance.record_split(self.info, plan, source, layout, dl_manager, open)  # EOD id, sample order
             split_features = self._features_for(plan, source)
             if split_features not in features:
                 features.append(split_features)
