@@ -13,6 +13,19 @@ _register()
 
 __version__ = "0.1.0"
 
+# Training helpers import torch: loaded on first use, so the package imports without torch. They are
+# public but not in __all__, so that `from mmidx_builder import *` does not need torch either.
+_TRAINING = ("MegatronCollator", "megatron_rank_stream")
+
+
+def __getattr__(name: str):
+    if name in _TRAINING:
+        from . import training
+
+        return getattr(training, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
     "ConcatenatedFiles",
     "ConvertError",
