@@ -25,3 +25,16 @@ def megatron():
     oracle.gpt_dataset = gpt_dataset
     oracle.helpers = helpers
     return oracle
+
+
+@pytest.fixture(scope="session")
+def torch():
+    """torch, for the training helpers (an optional extra). CI installs it with the oracle, so
+    there (MMIDX_REQUIRE_ORACLE=1) a missing torch fails instead of skipping."""
+    try:
+        import torch as module
+    except ImportError as error:
+        if os.environ.get("MMIDX_REQUIRE_ORACLE") == "1":
+            pytest.fail(f"torch is required here but does not import: {error}")
+        pytest.skip(f"torch not installed ({error})")
+    return module

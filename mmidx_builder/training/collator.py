@@ -155,7 +155,8 @@ class MegatronCollator:
                 segment = np.zeros((batch, seq_length), np.int64)
                 segment[:, 1:] = np.cumsum(eod[:, :-1], axis=1)
                 masked = masked | (segment[:, :, None] != segment[:, None, :])
-            attention_mask = np.ascontiguousarray(np.broadcast_to(masked, (batch, seq_length, seq_length))[:, None])
+            attention_mask = np.empty((batch, 1, seq_length, seq_length), bool)
+            attention_mask[:, 0] = masked
         # GPTDataset's pad handling, after the masks were computed from the unpadded tokens.
         loss_mask[labels == self.pad_id] = 0.0
         tokens[tokens == self.pad_id] = 0
