@@ -325,3 +325,28 @@ def test_plain_iterable_dataset_state_dict_still_resumes(data):
     resumed = type(stream)(stream._ex_iterable, info=stream.info, split=stream.split)
     resumed.load_state_dict(state)
     assert positions_of(head + list(resumed), data) == list(range(len(data["arrow"])))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_torchdata_stateful_dataloader_resumes_and_feeds_elastic_resume(workers, data, sampler_class, torch):
+    """torchdata's StatefulDataLoader (optional: scripts/install_training_test_deps.sh) snapshots
+    each worker's count; its state resumes the same loader exactly and gives the global count."""
+    stateful = pytest.importorskip("torchdata.stateful_dataloader")
+    from mmidx_builder import megatron_rank_stream
+
+    def loader(ranked):
+        return stateful.StatefulDataLoader(ranked, batch_size=2, num_workers=workers, collate_fn=list)
+
+    total = len(data["arrow"])
+    first = loader(megatron_rank_stream(data["stream"], 1, 2, 2))
+    it = iter(first)
+    head = [row for _ in range(5) for row in next(it)]
+    state = first.state_dict()
+    del it
+    again = loader(megatron_rank_stream(data["stream"], 1, 2, 2))
+    again.load_state_dict(state)
+    rest = [row for batch in again for row in batch]
+    assert positions_of(head + rest, data) == megatron_order(sampler_class, total, 0, 2, 1, 2)
+    elastic = megatron_rank_stream(data["stream"], 2, 3, 1)
+    elastic.load_state_dict(state)
+    assert elastic.consumed_samples == 5 * 2 * 2
