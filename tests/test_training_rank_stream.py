@@ -178,13 +178,13 @@ def test_builder_stream_reads_only_this_ranks_samples(data, torch):
     reader = ranked._rows
     assert type(reader).__name__ == "_BuilderRows"  # the fast path is taken for our builder's streams
     asked = []
-    original = reader.generate_tables
+    original = reader.tables
 
-    def spy(**kwargs):
-        asked.extend(kwargs["ranges"])
-        yield from original(**kwargs)
+    def spy(ranges):
+        asked.extend(ranges)
+        yield from original(ranges)
 
-    reader.generate_tables = spy
+    reader.tables = spy
     rows = list(ranked)
     requested = [p for a, b in asked for p in range(a, b)]
     assert requested == list(ranked.sample_positions()) == positions_of(rows, data)
@@ -350,3 +350,13 @@ def test_torchdata_stateful_dataloader_resumes_and_feeds_elastic_resume(workers,
     elastic = megatron_rank_stream(data["stream"], 2, 3, 1)
     elastic.load_state_dict(state)
     assert elastic.consumed_samples == 5 * 2 * 2
+
+
+def test_document_structure_rows_through_the_rank_stream(data, tmp_path, torch):
+    from mmidx_builder import megatron_rank_stream
+
+    dataset, stream = load(tmp_path, data["prefix"], document_structure=True)
+    via_stream = list(megatron_rank_stream(stream, 1, 2, 3, consumed_samples=2))
+    via_arrow = list(megatron_rank_stream(dataset, 1, 2, 3, consumed_samples=2))
+    assert via_stream == via_arrow and len(via_stream) > 10
+    assert all(sum(row["piece_lengths"]) == SEQ_LENGTH + 1 for row in via_stream)
