@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import time
 
 import numpy as np
 
