@@ -10,6 +10,7 @@ them and ``import mmidx_builder.format`` stays light. Public names are loaded on
     what training     sampling (Megatron's indices and sample assembly)
     sees
     datasets          hf/ (one builder per source kind; "mmidx" picks the kind), registry
+    training          training/ (MegatronCollator, megatron_rank_stream), provenance (EOD id)
     tools             convert, card, hub, stats, cli/
 """
 
@@ -39,9 +40,13 @@ _LAZY = {
     "ParameterError": "errors",
     "TokenSource": "source",
     "write_documents": "format",
+    # The training helpers use torch (an optional extra) when called.
+    "MegatronCollator": "training",
+    "megatron_rank_stream": "training",
 }
 
-__all__ = sorted(_LAZY)
+# Not the training helpers: `from mmidx_builder import *` must work without torch.
+__all__ = sorted(name for name, module in _LAZY.items() if module != "training")
 
 
 def __getattr__(name: str):

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import provenance
 from ._io import write_atomically
 from .errors import ParameterError
 from .format import ConcatenatedFiles, IndexedFile, split_prefix
@@ -305,6 +306,7 @@ def _provenance(directory: Path, settings: CardSettings) -> str:
     present = [name for name in TOKENIZER_FILES if (directory / name).is_file()]
     if present:
         lines.append("- Tokenizer files in this repository: " + ", ".join(f"`{n}`" for n in present))
+    lines.extend(provenance.card_lines(directory))  # tokenizer and EOD id recorded by `mmidx convert`
     if settings.made_with:
         lines.append(f"- How it was made: {settings.made_with}")
     if not lines:

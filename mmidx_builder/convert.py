@@ -39,6 +39,7 @@ from typing import Iterable, Iterator, Sequence
 import numpy as np
 
 from .errors import ConvertError, MMIdxError
+from . import provenance
 from .format import IndexedFile, IndexedFileWriter, split_prefix
 from .sentences import SentenceSplitter
 from .tokenize import Tokenizer, load_tokenizer, output_dtype
@@ -700,6 +701,9 @@ def convert(inputs: Sequence[str] | str, output_prefix: str, tokenizer: str | To
         for writer in writers.values():
             writer.abort()
         raise
+    for prefix in outputs.values():  # after the pairs are complete: a sidecar never describes a partial pair
+        provenance.write_sidecar(prefix, tokenizer=tok.name, vocab_size=tok.vocab_size, eod_id=tok.eod_id,
+                                 append_eod=append_eod)
     summary.seconds = time.perf_counter() - started
     return summary
 
@@ -794,6 +798,7 @@ def merge(prefixes: Sequence[str], output_prefix: str, *, overwrite: bool = Fals
     with IndexedFileWriter(output_prefix, dtype=sources[0].dtype) as writer:
         for source in sources:
             writer.add_file(source.prefix)
+    provenance.merge_sidecars([source.prefix for source in sources], output_prefix)
     return output_prefix
 
 

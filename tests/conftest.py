@@ -93,3 +93,16 @@ def write_corpus():
                 for name, documents in named_documents.items()}
 
     return write
+
+
+@pytest.fixture(scope="session")
+def torch():
+    """torch, for the training helpers (an optional extra). CI installs it with the oracle, so
+    there (MMIDX_REQUIRE_ORACLE=1) a missing torch fails instead of skipping."""
+    try:
+        import torch as module
+    except ImportError as error:
+        if os.environ.get("MMIDX_REQUIRE_ORACLE") == "1":
+            pytest.fail(f"torch is required here but does not import: {error}")
+        pytest.skip(f"torch not installed ({error})")
+    return module

@@ -262,7 +262,7 @@ def test_bad_record_stops_and_leaves_nothing(content, message, tmp_path):
     assert summary.bad_records == 1 and summary.documents == good
     assert message.split(":")[0] in summary.bad_examples[0][0]
     assert "bad:" in summary.table()
-    assert leftovers(out) == ["x_text_document.bin", "x_text_document.idx"]
+    assert leftovers(out) == ["x_text_document.bin", "x_text_document.idx", "x_text_document.mmidx-info"]
 
 
 def test_unreadable_file_and_broken_tokenizer(tmp_path):

@@ -27,7 +27,7 @@ import datasets
 import numpy as np
 import pyarrow as pa
 
-from .. import sampling
+from .. import provenance, sampling
 from .._io import file_identity, is_remote
 from ..dtypes import cast_tokens, integer_dtype
 from ..errors import MissingPartnerError, ParameterError
@@ -379,6 +379,10 @@ class GPTSamplesBuilder(BaseBuilder):
     def _read_paths(self, split: str, files: list[str], dl_manager) -> tuple[str, ...]:
         raise NotImplementedError
 
+    def _token_facts(self, files: list[str], dl_manager) -> dict:
+        """Tokenizer and EOD id of the split's tokens, for provenance (sidecars by default)."""
+        return provenance.tokenizer_facts([f for f in files if f.endswith(".bin")], dl_manager, open)
+
     def _plan_options(self) -> dict:
         """The kind's own settings that ``open_source`` needs (they also key the caches)."""
         return {}
@@ -399,6 +403,9 @@ class GPTSamplesBuilder(BaseBuilder):
                            index_cache_dir=cache_dir, document_structure=config.document_structure,
                            dtype=config.dtype, options=options)
             source, indices = _opened(type(self).open_source, plan, open)
+            provenance.record_split(self.info, split, kind=self.name, files=files, settings=config.sampling_kwargs(),
+                                    rows=indices.num_samples, source=source,
+                                    facts=self._token_facts(files, dl_manager))
             dtype = np.dtype(config.dtype) if config.dtype else source.dtype
             features.append(sample_features(dtype, config.sample_length, config.document_structure))
             generators.append(self._split_generator(split, plan, indices.num_samples, f"{len(files)} file(s)"))

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import datasets
 import pyarrow as pa
 
+from .. import provenance
 from .._io import file_identity, is_remote
 from ..fairseq import (Dictionary, LanguagePairs, check_upsample_primary, dictionary_path, find_language_pairs,
                        is_pair_file, pair_tables)
@@ -117,6 +118,8 @@ class MMIdxFairseq(BaseBuilder):
                              identity="|".join(file_identity(p) for p in identity_paths(originals)),
                              upsample_primary=config.upsample_primary, dictionaries=dictionaries, bpe=config.bpe)
             pairs, _ = _opened(plan, open)
+            provenance.record_split(self.info, split, kind=self.name, files=originals[0::2], rows=pairs.num_pairs,
+                                    settings={"upsample_primary": config.upsample_primary})
             split_features = {"id": datasets.Value("int64"),
                               "source": datasets.List(datasets.Value(pairs.source.dtype.name)),
                               "target": datasets.List(datasets.Value(pairs.target.dtype.name))}

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from .. import provenance
 from .._io import is_remote
 from ..errors import ParameterError
 from ..rawfiles import RawFiles, check_n_bytes
@@ -60,6 +61,9 @@ class MMIdxRaw(GPTSamplesBuilder):
     @classmethod
     def claims(cls, settings: dict, files: list[str]) -> bool:
         return settings.get("n_bytes") is not None
+
+    def _token_facts(self, files, dl_manager) -> dict:
+        return provenance.raw_facts(self.config.n_bytes)
 
     def _plan_options(self) -> dict:
         return {"n_bytes": self.config.n_bytes}

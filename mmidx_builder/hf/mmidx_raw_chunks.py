@@ -14,6 +14,7 @@ import datasets
 import numpy as np
 import pyarrow as pa
 
+from .. import provenance
 from .._io import file_identity, is_remote
 from ..dtypes import cast_tokens, integer_dtype
 from ..rawfiles import RawFiles, diff_chunks, diff_samples, labels_for
@@ -98,6 +99,8 @@ class MMIdxRawChunks(BaseBuilder):
                               class_names=None if labels is None else tuple(labels[0]),
                               labels=None if labels is None else tuple(labels[1].tolist()))
             raw, chunks = _opened(plan, open)
+            provenance.record_split(self.info, split, kind=self.name, files=data, rows=len(chunks[0]), source=raw,
+                                    settings={"seq_length": config.seq_length}, facts=provenance.raw_facts(config.n_bytes))
             dtype = np.dtype(config.dtype) if config.dtype else raw.dtype
             split_features = {"input_ids": datasets.List(datasets.Value(dtype.name), length=config.seq_length),
                               "path": datasets.Value("string")}

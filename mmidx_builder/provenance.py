@@ -1,0 +1,231 @@
+"""What made a pair's token ids, and what fixes a split's sample order, carried to the dataset.
+
+Two records, one per layer:
+
+    PREFIX.mmidx-info   a JSON sidecar beside ``PREFIX.bin``/``PREFIX.idx``, written by
+                        ``mmidx convert`` (and ``mmidx merge``) after the pair is complete:
+                        ``{"mmidx_info": 1, "tokenizer": ..., "vocab_size": ..., "eod_id": ...,
+                        "append_eod": ...}``
+    info.description    the builder copies what it knows per split into ``DatasetInfo``: the
+                        sidecars' tokenizer and EOD id (when every file of the split has one and
+                        they agree) and the split's *order*: the files (names, sequence count,
+                        token count, a hash of the lengths) and the settings that decide which
+                        sample comes at which position (seq_length, seed, num_epochs,
+                        num_samples, add_extra_token), plus the number of rows.
+
+Why the sidecar is not ``PREFIX.mmidx.json``: ``datasets`` infers a folder's builder from
+the most common data-file extension, counting every suffix of every name, and breaks ties in
+favour of ``.json``; a folder of N pairs with N ``.json`` sidecars loads as JSON lines. An
+extension ``datasets`` does not know is left out of data files altogether.
+
+Why ``description``: ``DatasetInfo`` keeps only its own fields when it is written to and read
+back from the Arrow cache (``dataset_info.json``), and ``description`` is a free string that
+survives the cache, ``streaming=True``, ``with_format`` and copies of the dataset. The
+builder writes a JSON object ``{"mmidx": {"version": 1, "splits": {...}}}`` there; a
+description that was already set (by a card) is kept under ``"text"``.
+
+No ``datasets``, ``torch`` or ``huggingface_hub`` import at module level: ``mmidx convert``
+uses this module.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from pathlib import Path
+
+import numpy as np
+
+from .errors import FormatError
+from .format import split_prefix
+from ._io import is_remote, write_atomically
+
+logger = logging.getLogger(__name__)
+
+SIDECAR_SUFFIX = ".mmidx-info"
+SIDECAR_VERSION = 1
+INFO_KEY = "mmidx"
+INFO_VERSION = 1
+# Fields a sidecar holds, with the types each may take.
+_SIDECAR_FIELDS = {"tokenizer": (str, type(None)), "vocab_size": (int, type(None)),
+                   "eod_id": (int, type(None)), "append_eod": (bool,)}
+# The lengths hash reads at most this many sequence lengths (evenly strided): enough to tell
+# files apart, cheap for a billion sequences.
+_HASHED_LENGTHS = 1 << 20
+
+
+def sidecar_path(prefix: str | os.PathLike) -> str:
+    """``PREFIX.mmidx-info`` for a pair named by its prefix, ``.bin`` or ``.idx``."""
+    return split_prefix(os.fspath(prefix)) + SIDECAR_SUFFIX
+
+
+def write_sidecar(prefix: str | os.PathLike, *, tokenizer: str | None, vocab_size: int | None,
+                  eod_id: int | None, append_eod: bool) -> str:
+    """Writes the pair's sidecar atomically (temporary name, then rename); returns its path."""
+    record = {"mmidx_info": SIDECAR_VERSION, "tokenizer": tokenizer,
+              "vocab_size": None if vocab_size is None else int(vocab_size),
+              "eod_id": None if eod_id is None else int(eod_id), "append_eod": bool(append_eod)}
+    path = sidecar_path(prefix)
+    write_atomically(path, json.dumps(record, indent=1, sort_keys=True).encode() + b"\n")
+    return path
+
+
+def parse_sidecar(text: str | bytes, path: str) -> dict:
+    """The sidecar's fields, or :class:`FormatError` naming the field that is wrong."""
+    try:
+        record = json.loads(text)
+    except (ValueError, UnicodeDecodeError) as error:
+        raise FormatError(path, "sidecar", "a JSON object", f"text that is not JSON ({error})") from None
+    if not isinstance(record, dict):
+        raise FormatError(path, "sidecar", "a JSON object", type(record).__name__)
+    if record.get("mmidx_info") != SIDECAR_VERSION:
+        raise FormatError(path, "mmidx_info", SIDECAR_VERSION, record.get("mmidx_info"),
+                          hint="written by another version of mmidx_builder")
+    for name, types in _SIDECAR_FIELDS.items():
+        value = record.get(name)
+        if not isinstance(value, types) or (int in types and isinstance(value, bool)):
+            raise FormatError(path, name, " or ".join(t.__name__ for t in types), repr(value))
+    return {name: record[name] for name in _SIDECAR_FIELDS}
+
+
+def read_sidecar(prefix: str | os.PathLike) -> dict | None:
+    """A local pair's sidecar fields, or None when it has none."""
+    path = sidecar_path(prefix)
+    try:
+        with open(path, "rb") as f:
+            return parse_sidecar(f.read(), path)
+    except FileNotFoundError:
+        return None
+
+
+def merge_sidecars(prefixes, output_prefix: str | os.PathLike) -> str | None:
+    """The sidecar of a merge: written when every input has one and all say the same thing."""
+    records = [read_sidecar(p) for p in prefixes]
+    if not records or any(r is None for r in records) or any(r != records[0] for r in records[1:]):
+        return None
+    return write_sidecar(output_prefix, **records[0])
+
+
+def _common(records: list[dict | None]) -> dict:
+    """Tokenizer facts shared by every file, or nothing when one lacks a sidecar or they differ."""
+    if not records or any(r is None for r in records) or any(r != records[0] for r in records[1:]):
+        return {name: None for name in _SIDECAR_FIELDS}
+    return dict(records[0])
+
+
+def _fetch_sidecar(bin_path: str, dl_manager, opener) -> dict | None:
+    """The sidecar beside a data file, local or remote (through the builder's download manager
+    and ``open``, which streaming patches). A missing remote sidecar is not an error: most
+    pairs (Megatron's own preprocess_data) have none."""
+    path = sidecar_path(bin_path)
+    if not is_remote(path):
+        return read_sidecar(bin_path)
+    try:
+        local = dl_manager.download(path) if dl_manager is not None else path
+        with opener(local, "rb") as f:
+            text = f.read()
+    except Exception as error:  # noqa: BLE001  (fsspec/HTTP/Hub errors differ by backend; all mean "none")
+        logger.debug("no sidecar at %s: %s", path, error)
+        return None
+    return parse_sidecar(text, path)
+
+
+def _lengths_digest(lengths: np.ndarray) -> str:
+    lengths = np.asarray(lengths, dtype=np.int64)
+    step = max(1, -(-len(lengths) // _HASHED_LENGTHS))
+    digest = hashlib.sha256(f"{len(lengths)}:{step}:".encode())
+    digest.update(np.ascontiguousarray(lengths[::step]).data)
+    return digest.hexdigest()[:16]
+
+
+def tokenizer_facts(files, dl_manager=None, opener=open) -> dict:
+    """What the sidecars of ``files`` (the .bin files of a split) agree on: tokenizer,
+    vocab_size, eod_id, append_eod; all None unless every file has a sidecar and they agree."""
+    return _common([_fetch_sidecar(f, dl_manager, opener) for f in files])
+
+
+def raw_facts(n_bytes: int) -> dict:
+    """Raw files end every file with the end-of-file token 2**(8 * n_bytes): it is their EOD."""
+    return {"tokenizer": f"raw bytes, n_bytes={n_bytes}", "vocab_size": 2 ** (8 * n_bytes) + 1,
+            "eod_id": 2 ** (8 * n_bytes), "append_eod": True}
+
+
+def split_record(*, kind: str, files, settings: dict, rows: int, source=None, facts: dict | None = None) -> dict:
+    """What a builder records for one split (see the module docstring): ``facts`` about the
+    tokens (tokenizer_facts / raw_facts), and the split's order: the builder kind, the files,
+    the settings that decide which sample comes at which position, the row count and the
+    source's sequence lengths."""
+    record = dict(facts or _common([]))
+    order = {"mode": kind, "files": [os.path.basename(str(p)) for p in files], **settings, "rows": int(rows)}
+    lengths = getattr(source, "sequence_lengths", None)
+    if lengths is not None:
+        order.update(num_sequences=int(len(lengths)), num_tokens=int(np.asarray(lengths).sum(dtype=np.int64)),
+                     lengths_sha256=_lengths_digest(lengths))
+    record["order"] = order
+    return record
+
+
+def record_split(info, split: str, **record) -> None:
+    """A builder's one call per split: writes :func:`split_record` (same keywords) into
+    ``info.description``."""
+    recorded = read_info(info)
+    recorded["splits"][str(split)] = split_record(**record)
+    payload = {INFO_KEY: {"version": INFO_VERSION, "splits": recorded["splits"]}}
+    if recorded["text"]:
+        payload["text"] = recorded["text"]
+    info.description = json.dumps(payload, sort_keys=True)
+
+
+def read_info(info) -> dict:
+    """``{"splits": {split: record}, "text": the description's own text}`` from a DatasetInfo."""
+    description = getattr(info, "description", None) or ""
+    try:
+        payload = json.loads(description)
+    except ValueError:
+        payload = None
+    if not isinstance(payload, dict) or not isinstance(payload.get(INFO_KEY), dict):
+        return {"splits": {}, "text": description}
+    return {"splits": dict(payload[INFO_KEY].get("splits") or {}), "text": payload.get("text", "")}
+
+
+def dataset_record(dataset) -> dict | None:
+    """The record of the split a ``datasets`` Dataset or IterableDataset holds, if the builder
+    wrote one. A split given as ``"train[:10%]"`` finds the record of ``train``."""
+    info = getattr(dataset, "info", None)
+    if info is None:
+        return None
+    splits = read_info(info)["splits"]
+    name = str(getattr(dataset, "split", None) or "")
+    if name in splits:
+        return splits[name]
+    base = name.split("[", 1)[0].split("+", 1)[0]
+    if base in splits:
+        return splits[base]
+    if len(splits) == 1 and not name:
+        return next(iter(splits.values()))
+    return None
+
+
+def card_lines(directory: str | os.PathLike) -> list[str]:
+    """Lines for a dataset card: the tokenizer and EOD id the pairs' sidecars record."""
+    records = {}
+    for path in sorted(Path(directory).rglob("*" + SIDECAR_SUFFIX)):
+        if path.with_suffix(".bin").is_file():
+            records[path.relative_to(directory).as_posix()] = read_sidecar(path.with_suffix(""))
+    if not records:
+        return []
+    distinct = {json.dumps(r, sort_keys=True) for r in records.values()}
+    if len(distinct) > 1:
+        return ["- Tokenizers differ between files (see the `" + SIDECAR_SUFFIX + "` files beside them)"]
+    record = next(iter(records.values()))
+    lines = []
+    if record["tokenizer"]:
+        lines.append(f"- Tokenizer (recorded by `mmidx convert`): `{record['tokenizer']}`, "
+                     f"vocabulary size {record['vocab_size']}")
+    if record["eod_id"] is not None:
+        ends = "ends every non-empty document" if record["append_eod"] else "was not appended to documents"
+        lines.append(f"- End-of-document (EOD) id: {record['eod_id']} (it {ends}); "
+                     "`MegatronCollator` uses it by default")
+    return lines

@@ -1,0 +1,27 @@
+"""Training-side helpers: Megatron's batches and Megatron's per-rank order from our datasets.
+
+    MegatronCollator       rows -> the batch megatron-core's GPTDataset items collate to
+                           (collator.py; numpy inside, torch tensors out)
+    megatron_rank_stream   a dataset -> one data-parallel rank's rows in the order of
+                           Megatron-LM's MegatronPretrainingSampler, for any DataLoader
+                           num_workers, with elastic state_dict/load_state_dict (rank_stream.py)
+
+torch is imported only when one of these is used (``pip install 'mmidx-builder[torch]'``),
+so ``import mmidx_builder`` works without it.
+"""
+
+from __future__ import annotations
+
+__all__ = ["MegatronCollator", "MegatronRankStream", "megatron_rank_stream"]
+
+
+def __getattr__(name: str):
+    if name == "MegatronCollator":
+        from .collator import MegatronCollator
+
+        return MegatronCollator
+    if name in ("MegatronRankStream", "megatron_rank_stream"):
+        from . import rank_stream
+
+        return getattr(rank_stream, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

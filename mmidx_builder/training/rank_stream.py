@@ -1,0 +1,397 @@
+"""One data-parallel rank's rows, in the order Megatron-LM's sampler gives them, for any worker count.
+
+Megatron-LM's ``MegatronPretrainingSampler(total_samples, consumed_samples, micro_batch_size,
+data_parallel_rank, data_parallel_size)`` (``megatron/training/datasets/data_samplers.py``;
+the same at ``core_v0.16.1`` and today) walks training positions ``consumed_samples ..
+total_samples - 1`` in global batches of ``micro_batch_size * world_size`` and hands rank r
+the r-th micro-batch of each; a last partial global batch is dropped. So rank r reads,
+for global batch ``g = 0, 1, ... G - 1`` with ``G = (total - consumed) // (mbs * W)``::
+
+    consumed + g * mbs * W + r * mbs  ...  + mbs - 1
+
+Every rank gets exactly G micro-batches (no DDP hang on a short last batch).
+
+With ``DataLoader(stream, batch_size=mbs, num_workers=K)``, worker w produces micro-batches
+``g = w, w + K, w + 2K, ...`` and the loader hands them out round robin (worker 0's first,
+worker 1's first, ...), which is the order g = 0, 1, 2, ... again: the loss curve does not
+depend on K. (MosaicML streaming hands out whole batches to workers the same way.) This
+needs ``batch_size=micro_batch_size`` and the loader's default ``in_order=True``.
+
+Reading. Rows come from the dataset given:
+- a ``datasets.Dataset`` (Arrow cache): ``dataset[i]`` for each row this worker needs;
+- a stream from this package's builder: the builder's own table generator is called with
+  just this worker's micro-batch ranges, so only the tokens of this rank's samples are
+  gathered (and, for remote files, fetched);
+- any other ``IterableDataset`` (after ``map``, ``skip`` ...): read through in Arrow form and
+  only this worker's rows formatted; correct, with every worker reading everything.
+Rows have the dataset's format (``with_format``) as iterating the dataset would give them.
+
+State. ``state_dict()`` is ``{"consumed_samples": C, "fingerprint": {...}, ...}``: C is the
+global count of samples consumed by all ranks, Megatron's ``consumed_samples``, so a state
+loads into a stream of any ``world_size`` and ``micro_batch_size`` (elastic resume). The
+fingerprint is what fixes which sample sits at which position (the files, ``seq_length``,
+``seed``, ``num_epochs``/``num_samples``, ``add_extra_token``, the row count), read from
+what the builder recorded in ``dataset.info`` (see provenance.py); a state of another dataset
+is refused with :class:`ParameterError` naming the setting that differs.
+
+The count is kept by the process that iterates: exact in the main process with
+``num_workers=0``. With workers, each worker's copy counts its own micro-batches, which is
+what torchdata's ``StatefulDataLoader`` snapshots: its ``state_dict()`` can be loaded back
+into the same loader, or given to ``load_state_dict`` of a new rank stream (any world size),
+which combines the workers' counts into the global one.
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+from collections.abc import Iterator, Mapping
+
+import numpy as np
+
+from .. import provenance
+from ..errors import ParameterError
+from ._torch import require_torch
+
+torch = require_torch("megatron_rank_stream")
+
+__all__ = ["MegatronRankStream", "megatron_rank_stream"]
+
+STATE_FORMAT = "mmidx-megatron-rank-stream"
+STATE_VERSION = 1
+# Micro-batches gathered per call of the builder: one table of a few hundred rows amortises
+# the per-call cost and stays a few MB.
+_RANGES_PER_CALL = 64
+
+
+def megatron_rank_stream(dataset, rank: int, world_size: int, micro_batch_size: int,
+                         consumed_samples: int = 0) -> "MegatronRankStream":
+    """Rank ``rank``'s rows of ``dataset`` in the order of Megatron-LM's
+    ``MegatronPretrainingSampler(len(dataset), consumed_samples, micro_batch_size, rank,
+    world_size)`` (drop_last), read through ``DataLoader(..., batch_size=micro_batch_size)``
+    with any ``num_workers``. See the module docstring."""
+    return MegatronRankStream(dataset, rank, world_size, micro_batch_size, consumed_samples)
+
+
+def _check_int(name: str, value, minimum: int) -> int:
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        value = operator.index(value)
+    except TypeError:
+        raise ParameterError(f"{name} must be an integer, got {value!r}") from None
+    if value < minimum:
+        raise ParameterError(f"{name} must be at least {minimum}, got {value}")
+    return value
+
+
+class MegatronRankStream(torch.utils.data.IterableDataset):
+    """What :func:`megatron_rank_stream` returns: a torch ``IterableDataset`` of one rank's rows."""
+
+    def __init__(self, dataset, rank: int, world_size: int, micro_batch_size: int, consumed_samples: int = 0):
+        self.world_size = _check_int("world_size", world_size, 1)
+        self.rank = _check_int("rank", rank, 0)
+        if self.rank >= self.world_size:
+            raise ParameterError(f"rank must lie in [0, world_size) = [0, {self.world_size}), got {self.rank}")
+        self.micro_batch_size = _check_int("micro_batch_size", micro_batch_size, 1)
+        self.dataset = dataset
+        self._rows = _row_reader(dataset)
+        self.total_samples = self._rows.num_rows
+        self.fingerprint = _fingerprint(dataset, self.total_samples)
+        self._start = self._checked_consumed(_check_int("consumed_samples", consumed_samples, 0))
+        self._resume_worker = None  # (iteration start, micro-batches done) from one worker's state
+        self._progress = None  # the current iteration: start, worker, workers, micro-batches done before, rows
+
+    # --- what this rank reads ---------------------------------------------------------------
+
+    @property
+    def global_batch_size(self) -> int:
+        return self.micro_batch_size * self.world_size
+
+    @property
+    def consumed_samples(self) -> int:
+        """Where the next ``iter()`` starts: the global count given or loaded."""
+        return self._start
+
+    @property
+    def info(self):
+        return getattr(self.dataset, "info", None)
+
+    @property
+    def split(self):
+        return getattr(self.dataset, "split", None)
+
+    def num_micro_batches(self) -> int:
+        """Micro-batches every rank reads from :attr:`consumed_samples` on."""
+        return (self.total_samples - self._start) // self.global_batch_size
+
+    def __len__(self) -> int:
+        return self.num_micro_batches() * self.micro_batch_size
+
+    def sample_positions(self, worker_id: int = 0, num_workers: int = 1) -> np.ndarray:
+        """Training positions this rank (and DataLoader worker) reads, in order."""
+        return np.concatenate([np.arange(a, b) for a, b in self._ranges(self._start, worker_id, num_workers)]
+                              or [np.zeros(0, np.int64)])
+
+    def _ranges(self, start: int, worker_id: int, num_workers: int, skip: int = 0) -> Iterator[tuple[int, int]]:
+        batches = (self.total_samples - start) // self.global_batch_size
+        for g in itertools.islice(range(worker_id, batches, num_workers), skip, None):
+            first = start + g * self.global_batch_size + self.rank * self.micro_batch_size
+            yield first, first + self.micro_batch_size
+
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        worker_id, num_workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        start, skip = self._start, 0
+        if self._resume_worker is not None:
+            start, skip = self._resume_worker
+        progress = {"start": start, "worker": worker_id, "workers": num_workers, "done": skip, "rows": 0}
+        self._progress = progress
+        for row in self._rows.iter_rows(self._ranges(start, worker_id, num_workers, skip)):
+            progress["rows"] += 1  # before the yield: a micro-batch counts once its last row is out
+            yield row
+
+    # --- state ---------------------------------------------------------------------------------
+
+    def _checked_consumed(self, consumed: int) -> int:
+        if consumed > self.total_samples:
+            raise ParameterError(f"consumed_samples={consumed} exceeds the dataset's {self.total_samples} samples")
+        return consumed
+
+    def state_dict(self) -> dict:
+        """The global consumed-sample count and the dataset's fingerprint (module docstring).
+        Inside a DataLoader worker, the worker's own count (for StatefulDataLoader)."""
+        state = {"format": STATE_FORMAT, "version": STATE_VERSION, "fingerprint": dict(self.fingerprint),
+                 "world_size": self.world_size, "micro_batch_size": self.micro_batch_size}
+        progress = self._progress
+        if progress is None:
+            return {**state, "consumed_samples": self._start}
+        done = progress["done"] + progress["rows"] // self.micro_batch_size
+        if progress["workers"] == 1:
+            return {**state, "consumed_samples": progress["start"] + done * self.global_batch_size}
+        # One worker of several: its micro-batches are g = id, id + K, ...; the global count
+        # needs every worker's (load_state_dict combines them).
+        return {**state, "consumed_samples": None,
+                "worker": {"id": progress["worker"], "num_workers": progress["workers"],
+                           "iteration_start": progress["start"], "micro_batches": done}}
+
+    def load_state_dict(self, state: Mapping) -> None:
+        """Continues from a state of :meth:`state_dict`, or from a container of them (a
+        StatefulDataLoader's ``state_dict()``): the next ``iter()`` starts at the state's
+        global sample, for this stream's world size and micro-batch size."""
+        states = list(_find_states(state))
+        if not states:
+            raise ParameterError("not a megatron_rank_stream state: no dict with format "
+                                 f"{STATE_FORMAT!r} found in it")
+        for found in states:
+            if found.get("version") != STATE_VERSION:
+                raise ParameterError(f"state version {found.get('version')!r}, expected {STATE_VERSION}")
+            _compare_fingerprints(found.get("fingerprint") or {}, self.fingerprint)
+        globals_ = [s for s in states if s.get("worker") is None]
+        if globals_:
+            self._start = self._checked_consumed(_check_int("consumed_samples", globals_[0]["consumed_samples"], 0))
+            self._resume_worker = None
+            self._progress = None
+            return
+        info = torch.utils.data.get_worker_info()
+        if info is not None and len(states) == 1:
+            worker = states[0]["worker"]
+            if (worker["id"], worker["num_workers"]) != (info.id, info.num_workers):
+                raise ParameterError(
+                    f"this is worker {worker['id']} of {worker['num_workers']}'s state, loaded into worker {info.id} "
+                    f"of {info.num_workers}: load the whole loader state into the stream instead")
+            self._check_same_batches(states[0])
+            self._resume_worker = (worker["iteration_start"], worker["micro_batches"])
+            self._progress = None
+            return
+        self._start = self._checked_consumed(_combine_workers(states))
+        self._resume_worker = None
+        self._progress = None
+
+    def _check_same_batches(self, state: Mapping) -> None:
+        theirs = (state.get("world_size"), state.get("micro_batch_size"))
+        if theirs != (self.world_size, self.micro_batch_size):
+            raise ParameterError(f"a worker's state of world_size={theirs[0]}, micro_batch_size={theirs[1]} cannot "
+                                 f"resume a worker of world_size={self.world_size}, "
+                                 f"micro_batch_size={self.micro_batch_size}; load the whole loader state "
+                                 "into a new stream instead")
+
+
+def _find_states(state) -> Iterator[Mapping]:
+    """Our states anywhere inside ``state`` (a StatefulDataLoader nests them per worker)."""
+    if isinstance(state, Mapping):
+        if state.get("format") == STATE_FORMAT:
+            yield state
+            return
+        for value in state.values():
+            yield from _find_states(value)
+    elif isinstance(state, (list, tuple)):
+        for value in state:
+            yield from _find_states(value)
+
+
+def _combine_workers(states: list[Mapping]) -> int:
+    """The global count from every worker's state: after the loader handed out b micro-batches,
+    worker w's next one is the first g >= b with g = w (mod K), so b is the smallest of them."""
+    workers = {(s["worker"]["iteration_start"], s["worker"]["num_workers"]) for s in states}
+    if len(workers) != 1:
+        raise ParameterError(f"worker states from different iterations or worker counts: {sorted(workers)}")
+    start, num_workers = workers.pop()
+    found = {s["worker"]["id"]: s for s in states}
+    if sorted(found) != list(range(num_workers)):
+        raise ParameterError(f"need the states of all {num_workers} workers, found workers {sorted(found)}")
+    global_batch = found[0]["world_size"] * found[0]["micro_batch_size"]
+    next_batches = [w + s["worker"]["micro_batches"] * num_workers for w, s in found.items()]
+    return start + min(next_batches) * global_batch
+
+
+def _compare_fingerprints(theirs: Mapping, ours: Mapping) -> None:
+    differing = [name for name in sorted(set(theirs) | set(ours))
+                 if name in theirs and name in ours and theirs[name] != ours[name]]
+    if differing:
+        details = "; ".join(f"{name}: the state's {theirs[name]!r}, this dataset's {ours[name]!r}"
+                            for name in differing)
+        raise ParameterError(f"the state was taken on a dataset with another sample order ({details}); "
+                             "load it into a dataset made with the same files and settings")
+
+
+def _fingerprint(dataset, total_samples: int) -> dict:
+    record = provenance.dataset_record(dataset)
+    fingerprint = dict(record["order"]) if record and isinstance(record.get("order"), Mapping) else {}
+    fingerprint["rows"] = int(total_samples)
+    return fingerprint
+
+
+# --- reading rows ------------------------------------------------------------------------------
+
+def _row_reader(dataset):
+    import datasets
+
+    if isinstance(dataset, datasets.Dataset):
+        return _ArrowRows(dataset)
+    if isinstance(dataset, datasets.IterableDataset):
+        if getattr(dataset, "_distributed", None) is not None:
+            raise ParameterError("the stream is already split by node (split_dataset_by_node); pass the whole "
+                                 "stream: megatron_rank_stream gives each rank its own rows")
+        plan_rows = _BuilderRows.of(dataset)
+        return plan_rows if plan_rows is not None else _StreamRows(dataset)
+    raise ParameterError(f"expected a datasets Dataset or IterableDataset, got {type(dataset).__name__}")
+
+
+class _ArrowRows:
+    """A map-style dataset: random access, any format."""
+
+    def __init__(self, dataset):
+        self.dataset = dataset
+        self.num_rows = len(dataset)
+
+    def iter_rows(self, ranges):
+        for first, stop in ranges:
+            for i in range(first, stop):
+                yield self.dataset[i]
+
+
+def _formatter(stream):
+    from datasets.formatting import get_formatter
+
+    formatting = getattr(stream, "_formatting", None)
+    return get_formatter(formatting.format_type if formatting else None, features=stream.features)
+
+
+def _stream_rows_from_record(stream) -> int:
+    record = provenance.dataset_record(stream)
+    if record and "rows" in record.get("order", {}):
+        return int(record["order"]["rows"])
+    splits = getattr(stream.info, "splits", None) or {}
+    split = str(stream.split) if stream.split is not None else None
+    if split in splits and splits[split].num_examples:
+        return int(splits[split].num_examples)
+    raise ParameterError("the stream does not say how many rows it has (megatron_rank_stream needs "
+                         "Megatron's total_samples); load it with this package's builder")
+
+
+class _BuilderRows:
+    """A stream straight from our builder: only the rows we read are gathered.
+
+    ``datasets`` keeps the builder's table generator and its keyword arguments (``plan``,
+    ``ranges``: the split's shards as ranges of training positions) on the stream's examples
+    iterable. For packed samples (``.bin``/``.idx`` pairs, raw files) the builder's own
+    ``sample_table`` gathers a chunk of our micro-batches in one call (measured 4x faster than
+    a table per micro-batch); other kinds go through the generator, one range per micro-batch."""
+
+    def __init__(self, generate_tables, kwargs: dict, num_rows: int, formatter_source):
+        self.generate_tables = generate_tables
+        self.kwargs = kwargs
+        self.num_rows = num_rows
+        self.stream = formatter_source
+
+    @classmethod
+    def of(cls, stream):
+        examples = getattr(stream, "_ex_iterable", None)
+        generate = getattr(examples, "generate_tables_fn", None)
+        kwargs = getattr(examples, "kwargs", None)
+        if (type(examples).__name__ != "ArrowExamplesIterable" or getattr(generate, "__name__", "") != "_generate_tables"
+                or not isinstance(kwargs, dict) or set(kwargs) != {"plan", "ranges"}):
+            return None
+        ranges = kwargs["ranges"]
+        contiguous = bool(ranges) and ranges[0][0] == 0 and all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
+        if not contiguous:
+            return None  # resharded or sliced by datasets: let the generic reader follow it
+        return cls(generate, kwargs, int(ranges[-1][1]), stream)
+
+    def tables(self, ranges: list[tuple[int, int]]):
+        """Arrow tables of the rows at these training positions, in order."""
+        from ..hf.common import GPTSamplesBuilder
+
+        builder = getattr(self.generate_tables, "__self__", None)
+        if isinstance(builder, GPTSamplesBuilder):
+            # Packed samples: any rows in one gather, with the builder's own table maker.
+            positions = np.concatenate([np.arange(a, b) for a, b in ranges])
+            yield builder._table_maker(self.kwargs["plan"])(positions)
+            return
+        for _, table in self.generate_tables(**{**self.kwargs, "ranges": ranges}):
+            yield table
+
+    def iter_rows(self, ranges):
+        formatter = _formatter(self.stream)
+        ranges = iter(ranges)
+        while True:
+            chunk = list(itertools.islice(ranges, _RANGES_PER_CALL))
+            if not chunk:
+                return
+            for table in self.tables(chunk):
+                for i in range(table.num_rows):
+                    yield formatter.format_row(table.slice(i, 1))
+
+
+class _StreamRows:
+    """Any other stream: read in order as Arrow batches (cheap), format only our rows."""
+
+    def __init__(self, stream):
+        self.stream = stream
+        self.num_rows = _stream_rows_from_record(stream)
+
+    def iter_rows(self, ranges):
+        formatter = _formatter(self.stream)
+        ranges = iter(ranges)
+        wanted = next(ranges, None)
+        if wanted is None:
+            return
+        position = 0
+        for table in self.stream.with_format("arrow").iter(batch_size=1000):
+            end = position + table.num_rows
+            while wanted is not None and wanted[0] < end:
+                first, stop = max(wanted[0], position), min(wanted[1], end)
+                for i in range(first, stop):
+                    yield formatter.format_row(table.slice(i - position, 1))
+                if wanted[1] <= end:
+                    wanted = next(ranges, None)
+                else:
+                    wanted = (end, wanted[1])
+                    break
+            if wanted is None:
+                return
+            position = end
+        if wanted is not None:
+            raise ParameterError(f"the stream ended at row {position}, before row {wanted[0]}; it has fewer rows "
+                                 f"than the {self.num_rows} recorded")

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Optional test dependency of the training helpers: torchdata's StatefulDataLoader (pure
+# Python). Installed without dependencies, after the oracle script put the CPU torch wheel in
+# place, so that pip cannot pull a CUDA build of torch. Without torch there is nothing to do.
+set -euo pipefail
+venv=${1:-.venv}
+if ! "$venv/bin/python" -c "import torch" 2>/dev/null; then
+    echo "note: torch is not installed; torchdata is not needed" >&2
+    exit 0
+fi
+"$venv/bin/pip" install --quiet --no-deps "torchdata==0.11.0"

@@ -1,0 +1,244 @@
+"""MegatronCollator against megatron-core 0.19's GPTDataset itself, every flag combination.
+
+Each case builds a real GPTDataset (megatron-core's IndexedDataset, indices and
+``__getitem__`` with ``_get_ltor_masks_and_position_ids``) over a corpus we write, stacks
+its items with torch's ``default_collate`` as Megatron's loader does, and compares keys,
+dtypes, shapes and values with our collator over the rows our builder gives for the same
+training positions. Corpora: EOD tokens only at document ends, EOD tokens inside documents
+too, no EOD at all.
+"""
+
+import itertools
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from mmidx_builder import MMIdx, provenance
+from mmidx_builder.errors import ParameterError
+from mmidx_builder.format import IndexedFileWriter
+
+EOD = 0
+SEQ_LENGTH = 16
+MICRO_BATCH = 4
+FLAGS = ("reset_position_ids", "reset_attention_mask", "eod_mask_loss", "create_attention_mask",
+         "inter_document_masking")
+
+
+class TinyTokenizer:
+    """What GPTDataset asks of a tokenizer."""
+
+    eod = EOD
+    vocab_size = None
+
+    def __init__(self, pad=-1):
+        self.pad = pad
+        self.unique_identifiers = {"class": "TinyTokenizer", "pad": pad}
+
+
+def write_corpus(prefix, kind, rng, zero_length=False):
+    with IndexedFileWriter(prefix, dtype=np.uint16) as writer:
+        for i in range(36):
+            n = int(rng.randint(1, 30))
+            document = rng.randint(1, 60, n)
+            if kind == "eod_inside":
+                document[rng.rand(n) < 0.15] = EOD
+                if rng.rand() < 0.5:
+                    document[-1] = EOD
+            elif kind == "eod_at_ends":
+                document[-1] = EOD
+            if zero_length and i % 5 == 2:
+                document = document[:0]
+            writer.add_document(document)
+
+
+def megatron_items(megatron, prefix, cache, flags, add_extra_token, num_samples, pad=-1):
+    from megatron.core.datasets.utils import Split
+
+    config = megatron.gpt_dataset.GPTDatasetConfig(
+        random_seed=5, sequence_length=SEQ_LENGTH, blend=([prefix], None), split="1,0,0",
+        tokenizer=TinyTokenizer(pad), path_to_cache=str(cache), add_extra_token_to_sequence=add_extra_token,
+        **dict(zip(FLAGS, flags)))
+    low_level = megatron.indexed_dataset.IndexedDataset(prefix)
+    documents = np.arange(len(low_level.sequence_lengths), dtype=np.int32)
+    return megatron.gpt_dataset.GPTDataset(low_level, prefix, documents, num_samples, Split.train, config)
+
+
+@pytest.fixture(scope="module")
+def corpora(tmp_path_factory):
+    """Per corpus kind and add_extra_token: (prefix, prepared rows, streamed rows)."""
+    root = tmp_path_factory.mktemp("corpora")
+    out = {}
+    for k, kind in enumerate(("eod_at_ends", "eod_inside", "no_eod")):
+        prefix = str(root / f"{kind}_text_document")
+        write_corpus(prefix, kind, np.random.RandomState(k))
+        for extra in (True, False):
+            builder = MMIdx(data_files={"train": [prefix + ".bin"]}, seq_length=SEQ_LENGTH, seed=5,
+                            add_extra_token=extra, document_structure=True, cache_dir=str(root / "hf"))
+            builder.download_and_prepare()
+            out[kind, extra] = (prefix, builder.as_dataset("train"), builder.as_streaming_dataset("train"))
+    return out
+
+
+def row_sources(dataset, stream):
+    """The same rows in every form the collator accepts."""
+    stream_rows, stream_numpy_rows = list(stream), list(stream.with_format("numpy"))
+    formatted = {name: dataset.with_format(name) for name in ("numpy", "torch", "arrow")}
+    return {
+        "python": lambda ids: [dataset[i] for i in ids],
+        "numpy": lambda ids: [formatted["numpy"][i] for i in ids],
+        "torch": lambda ids: [formatted["torch"][i] for i in ids],
+        "arrow rows": lambda ids: [formatted["arrow"][i] for i in ids],
+        "arrow table": lambda ids: formatted["arrow"][ids[0]:ids[-1] + 1],
+        "stream": lambda ids: [stream_rows[i] for i in ids],
+        "stream numpy": lambda ids: [stream_numpy_rows[i] for i in ids],
+    }
+
+
+def assert_same_batch(ours, theirs, torch, label):
+    assert list(ours) == list(theirs), f"keys differ, {label}"
+    for key in theirs:
+        a, b = ours[key], theirs[key]
+        assert a.dtype == b.dtype and a.shape == b.shape, f"{key}: {a.dtype}{tuple(a.shape)} vs {b.dtype}{tuple(b.shape)}, {label}"
+        assert torch.equal(a, b), f"{key} values differ, {label}"
+
+
+def test_every_flag_combination_equals_gptdataset(megatron, torch, corpora, tmp_path):
+    from torch.utils.data import default_collate
+
+    from mmidx_builder import MegatronCollator
+
+    compared = 0
+    forms = itertools.cycle(["python", "numpy", "torch", "arrow rows", "arrow table", "stream", "stream numpy"])
+    for (kind, extra), (prefix, dataset, stream) in corpora.items():
+        sources = row_sources(dataset, stream)
+        for case, flags in enumerate(itertools.product((False, True), repeat=len(FLAGS))):
+            theirs_dataset = megatron_items(megatron, prefix, tmp_path / "megatron", flags, extra, len(dataset))
+            assert len(theirs_dataset) == len(dataset)
+            collate = MegatronCollator(EOD, *flags, add_extra_token=extra)
+            form = next(forms)
+            # megatron-core's items cost ~5 ms each: two micro-batches per combination, at
+            # positions moving along the dataset so that every sample is compared many times.
+            last = len(dataset) - MICRO_BATCH
+            for start in ((case * 2 * MICRO_BATCH) % last, (case * 2 * MICRO_BATCH + MICRO_BATCH) % last):
+                ids = list(range(start, start + MICRO_BATCH))
+                label = f"{kind} add_extra_token={extra} {dict(zip(FLAGS, flags))} rows {ids} as {form}"
+                theirs = default_collate([theirs_dataset[i] for i in ids])
+                assert_same_batch(collate(sources[form](ids)), theirs, torch, label)
+                compared += 1
+    assert compared == 2 * 32 * len(corpora)
+
+
+def test_pad_id_that_is_a_real_token(megatron, torch, corpora, tmp_path):
+    """A tokenizer pad id distinct from EOD: GPTDataset masks such labels and zeroes the ids."""
+    from torch.utils.data import default_collate
+
+    from mmidx_builder import MegatronCollator
+
+    prefix, dataset, _ = corpora["eod_inside", True]
+    pad = 7
+    assert any(pad in row["input_ids"] for row in dataset)
+    for flags in [(True, True, True, True, False), (False, False, False, False, True)]:
+        theirs_dataset = megatron_items(megatron, prefix, tmp_path / "megatron", flags, True, len(dataset), pad=pad)
+        collate = MegatronCollator(EOD, *flags, pad_id=pad)
+        for start in range(0, len(dataset) - MICRO_BATCH + 1, MICRO_BATCH):
+            ids = range(start, start + MICRO_BATCH)
+            assert_same_batch(collate([dataset[i] for i in ids]), default_collate([theirs_dataset[i] for i in ids]),
+                              torch, f"pad={pad} {flags}")
+
+
+def test_zero_length_pieces_are_the_one_documented_difference(megatron, torch, tmp_path):
+    """megatron-core keeps zero-length document pieces (an empty sequence inside a sample; with
+    add_extra_token=False a sample starting exactly at a sequence's end) as repeated cu_seqlens
+    entries; our rows do not record empty pieces. Everything else is equal, and the cu_seqlens
+    hold the same boundaries."""
+    from torch.utils.data import default_collate
+
+    from mmidx_builder import MegatronCollator
+
+    prefix = str(tmp_path / "pieces_text_document")
+    with IndexedFileWriter(prefix, dtype=np.uint16) as writer:
+        for i in range(24):  # sequences of exactly SEQ_LENGTH tokens, and empty ones
+            writer.add_document(np.full(0 if i % 4 == 1 else SEQ_LENGTH, i + 1))
+    differing = 0
+    for extra in (True, False):
+        builder = MMIdx(data_files={"train": [prefix + ".bin"]}, seq_length=SEQ_LENGTH, seed=5, add_extra_token=extra,
+                        document_structure=True, cache_dir=str(tmp_path / "hf"))
+        builder.download_and_prepare()
+        dataset = builder.as_dataset("train")
+        flags = (False, False, False, False, True)
+        theirs_dataset = megatron_items(megatron, prefix, tmp_path / "megatron", flags, extra, len(dataset))
+        collate = MegatronCollator(EOD, *flags, add_extra_token=extra)
+        for i in range(len(dataset)):
+            ours, theirs = collate([dataset[i]]), default_collate([theirs_dataset[i]])
+            for key in ("tokens", "labels", "loss_mask", "position_ids", "max_seqlen"):
+                assert torch.equal(ours[key], theirs[key]), (key, i, extra)
+            a, b = ours["cu_seqlens"][0].numpy(), theirs["cu_seqlens"][0].numpy()
+            assert np.array_equal(np.unique(a), np.unique(b)), (a, b)
+            differing += not np.array_equal(a, b)
+    assert differing > 0  # the case is really exercised; if this fails, the rows gained empty pieces
+
+
+def test_eod_id_defaults_to_the_recorded_one(torch, tmp_path):
+    from mmidx_builder import MegatronCollator
+
+    prefix = str(tmp_path / "rec_text_document")
+    write_corpus(prefix, "eod_inside", np.random.RandomState(3))
+    provenance.write_sidecar(prefix, tokenizer="tiny", vocab_size=60, eod_id=EOD, append_eod=True)
+    builder = MMIdx(data_files={"train": [prefix + ".bin"]}, seq_length=SEQ_LENGTH, cache_dir=str(tmp_path / "hf"))
+    builder.download_and_prepare()
+    for dataset in (builder.as_dataset("train"), builder.as_streaming_dataset("train")):
+        collate = MegatronCollator(dataset=dataset, eod_mask_loss=True)
+        assert collate.eod_id == EOD
+        with pytest.raises(ParameterError, match="add_extra_token=True"):
+            MegatronCollator(dataset=dataset, add_extra_token=False)
+    assert MegatronCollator(5, dataset=dataset).eod_id == 5  # an explicit id wins
+    write_corpus(str(tmp_path / "bare"), "no_eod", np.random.RandomState(4))
+    bare = MMIdx(data_files={"train": [str(tmp_path / "bare.bin")]}, seq_length=SEQ_LENGTH)
+    with pytest.raises(ParameterError, match="records no EOD id"):
+        MegatronCollator(dataset=bare.as_streaming_dataset("train"))
+
+
+def test_bad_input_is_refused_clearly(torch, corpora):
+    from mmidx_builder import MegatronCollator
+
+    _, dataset, _ = corpora["eod_inside", True]
+    with pytest.raises(ParameterError, match="needs eod_id"):
+        MegatronCollator()
+    with pytest.raises(ParameterError, match="pad_id 0 equals eod_id"):
+        MegatronCollator(0, pad_id=0)
+    with pytest.raises(ParameterError, match="must be True or False"):
+        MegatronCollator(0, reset_position_ids="yes")
+    plain = [{"input_ids": row["input_ids"]} for row in dataset.select(range(2))]
+    with pytest.raises(ParameterError, match="document_structure=True"):
+        MegatronCollator(0, inter_document_masking=True)(plain)
+    with pytest.raises(ParameterError, match="no input_ids"):
+        MegatronCollator(0)([{"text": "a"}])
+    with pytest.raises(ParameterError, match="different lengths"):
+        MegatronCollator(0)([{"input_ids": [1, 2, 3]}, {"input_ids": [1, 2]}])
+    rows = [dataset[0]]
+    with pytest.raises(ParameterError, match="do not sum"):  # rows made with the extra token, read without
+        MegatronCollator(0, inter_document_masking=True, add_extra_token=False)(
+            [{**rows[0], "piece_lengths": rows[0]["piece_lengths"][:-1]}])
+
+
+def test_package_imports_without_torch_and_names_the_extra():
+    code = textwrap.dedent("""
+        import sys
+        sys.modules["torch"] = None  # any `import torch` now raises ImportError
+        import mmidx_builder
+        from mmidx_builder import *  # noqa: F403
+        for make in (lambda: mmidx_builder.MegatronCollator(0),
+                     lambda: mmidx_builder.megatron_rank_stream(None, 0, 1, 1)):
+            try:
+                make()
+            except ImportError as error:
+                assert "pip install 'mmidx-builder[torch]'" in str(error), error
+            else:
+                raise SystemExit("no ImportError")
+        print("ok")
+    """)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
