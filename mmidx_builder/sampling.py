@@ -449,7 +449,7 @@ def _as_sample_ids(indices: SamplingIndices, sample_ids) -> np.ndarray:
     return ids
 
 
-def sample_pieces(indices: SamplingIndices, sequence_lengths: np.ndarray, sample_ids
+def sample_pieces(indices: SamplingIndices, sequence_lengths: np.ndarray, sample_ids, keep_empty: bool = False
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The pieces of sequences that make up samples at training positions ``sample_ids``.
 
@@ -457,7 +457,8 @@ def sample_pieces(indices: SamplingIndices, sequence_lengths: np.ndarray, sample
     ``(sequence_ids, offsets, lengths, pieces_per_sample)``, int64, all samples' pieces
     concatenated in order: a sample runs from its start row to the next row plus the extra
     token, through the rest of its first sequence, whole sequences between and the head of
-    its last. Empty pieces (empty sequences, an exhausted sequence it starts on) are left out.
+    its last. Empty pieces (empty sequences, an exhausted sequence it starts on) are left out
+    unless ``keep_empty``.
     """
     ids = _as_sample_ids(indices, sample_ids)
     extra = int(indices.add_extra_token)
@@ -476,7 +477,7 @@ def sample_pieces(indices: SamplingIndices, sequence_lengths: np.ndarray, sample
     piece_ends = np.asarray(sequence_lengths, dtype=np.int64)[sequence_ids]
     piece_ends[last_piece] = end[:, 1] + extra
     lengths = piece_ends - offsets
-    keep = lengths > 0
+    keep = np.ones(len(lengths), bool) if keep_empty else lengths > 0
     pieces_per_sample = np.bincount(sample_of_piece[keep], minlength=len(ids)).astype(np.int64)
     return sequence_ids[keep], offsets[keep], lengths[keep], pieces_per_sample
 
@@ -501,9 +502,12 @@ def document_structure(indices: SamplingIndices, sequence_lengths: np.ndarray, s
     Returns ``position_ids`` (``(batch, sample_length)`` int32, counting from 0 at the
     sample's start and again at every sequence that starts inside it) and, per sample, the
     int32 lengths of its pieces (they sum to ``sample_length``; ``cu_seqlens`` is their
-    cumulative sum with a leading 0). Empty sequences give no piece.
+    cumulative sum with a leading 0). Zero-length pieces are kept (an empty sequence inside a
+    sample; with ``add_extra_token=False`` a sample starting at a sequence's end), one per
+    document-index position the sample touches, exactly as megatron-core's
+    ``document_lengths`` (and so its ``cu_seqlens``) list them.
     """
-    _, _, lengths, pieces_per_sample = sample_pieces(indices, sequence_lengths, sample_ids)
+    _, _, lengths, pieces_per_sample = sample_pieces(indices, sequence_lengths, sample_ids, keep_empty=True)
     flat = np.arange(int(lengths.sum()), dtype=np.int64)
     flat -= np.repeat(np.cumsum(lengths) - lengths, lengths)
     position_ids = flat.astype(np.int32).reshape(-1, indices.sample_length)

@@ -25,10 +25,9 @@ Two notions of "document", as in megatron-core:
   GPTDataset glued into the sample): rows must carry ``piece_lengths``
   (``document_structure=True``). Their lengths count the extra token (they sum to
   ``seq_length + 1``); megatron-core subtracts it from the last piece, and so does this.
-  megatron-core also keeps zero-length pieces (an empty sequence inside a sample, or, with
-  ``add_extra_token=False``, a sample that starts exactly where a sequence ends) as repeated
-  entries of ``cu_seqlens``; our rows do not record empty pieces, so there ``cu_seqlens`` lacks
-  those repeats. The document boundaries, ``position_ids`` and ``max_seqlen`` are the same.
+  Zero-length pieces (an empty sequence inside a sample, or, with ``add_extra_token=False``, a
+  sample that starts exactly where a sequence ends) are repeated ``cu_seqlens`` entries in
+  megatron-core, and the rows carry them too, so ``cu_seqlens`` is equal entry for entry.
 """
 
 from __future__ import annotations
