@@ -123,3 +123,17 @@ def test_user_description_is_kept(tmp_path):
                             source=type("S", (), {"sequence_lengths": np.array([5, 6])})())
     assert provenance.read_info(info)["text"] == "my words"
     assert provenance.read_info(info)["splits"]["train"]["order"]["rows"] == 3
+
+
+def test_a_sidecar_added_later_is_seen_by_the_arrow_cache(tmp_path):
+    import datasets
+
+    import mmidx_builder  # noqa: F401
+    from mmidx_builder.format import write_documents
+
+    folder = tmp_path / "data"
+    prefix = write_documents(folder / "train", [list(range(40))] * 5, dtype=np.uint16)
+    load = lambda: datasets.load_dataset(str(folder), seq_length=8, cache_dir=str(tmp_path / "c"), split="train")  # noqa: E731
+    assert provenance.dataset_record(load())["eod_id"] is None
+    provenance.write_sidecar(prefix, tokenizer="t", vocab_size=100, eod_id=7, append_eod=True)
+    assert provenance.dataset_record(load())["eod_id"] == 7

@@ -104,16 +104,16 @@ def sample_features(dtype: np.dtype, sample_length: int, document_structure: boo
 
 def identity_paths(files) -> list[str]:
     """The files whose identity stands for ``files``' contents: each file, and the .idx
-    partner of each local .bin (a rewritten .idx changes the samples too)."""
+    partner (a rewritten .idx changes the samples too) and provenance sidecar of each local .bin."""
     paths = []
     for f in map(str, files):
         if is_remote(f):
             paths.append(f)
         elif os.path.exists(f):
             paths.append(f)
-            partner = split_prefix(f) + ".idx"
-            if f.endswith(".bin") and os.path.isfile(partner):
-                paths.append(partner)
+            if f.endswith(".bin"):
+                # The .idx partner and the provenance sidecar change what a split is too.
+                paths += [p for p in (split_prefix(f) + ".idx", provenance.sidecar_path(f)) if os.path.isfile(p)]
     return paths
 
 
