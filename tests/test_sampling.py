@@ -270,7 +270,12 @@ def test_document_structure_from_the_stream(lengths, seq_length, extra, seed):
             else:
                 runs.append(1)
                 expected_positions.append(0)
-        assert piece_lengths[row].tolist() == runs
+        # Zero-length pieces stand for positions the sample touches without a token (an empty
+        # sequence, an exhausted one it starts on), as megatron-core's document_lengths do.
+        pieces = piece_lengths[row].tolist()
+        assert [n for n in pieces if n] == runs
+        begin, end = (int(indices.sample_index[int(indices.shuffle_index[i]) + k][0]) for k in (0, 1))
+        assert len(pieces) == end - begin + 1
         assert position_ids[row].tolist() == expected_positions
         assert int(piece_lengths[row].sum()) == indices.sample_length
 
