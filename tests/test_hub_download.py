@@ -254,6 +254,9 @@ def test_private_repo_without_the_token_but_with_a_cached_card(local_hub, privat
     with pytest.raises(RepositoryNotFoundError, match="make sure you are authenticated") as caught:
         within(DEADLINE, lambda: load_dataset("me/secret", split="validation", cache_dir=cache))
     assert TOKEN not in str(caught.value)
+    # The earlier load's own Arrow cache is served (datasets warns that the Hub could not be reached).
+    cached = within(DEADLINE, lambda: load_dataset("me/secret", split="validation", cache_dir=str(tmp_path / "earlier")))
+    assert len(cached) > 0
 
 
 @pytest.fixture(scope="module")
@@ -294,10 +297,12 @@ def test_a_missing_idx_on_the_hub_is_named(local_hub, published, cache):
 
 def test_a_bin_that_is_not_a_token_file_is_named(local_hub, cache):
     local_hub.commit("me/model", {"README.md": b"# weights, not tokens\n",
-                            "pytorch_model.bin": np.random.default_rng(0).bytes(5000)})
-    with pytest.raises(MMIdxError, match="pytorch_model.idx") as caught:
-        within(DEADLINE, lambda: load_dataset("me/model", cache_dir=cache))
-    print(f"\n{type(caught.value).__name__}: {caught.value}")
+                                  "pytorch_model.bin": np.random.default_rng(0).bytes(5000)})
+    for streaming in (False, True):
+        with pytest.raises(MMIdxError, match="pytorch_model.idx") as caught:
+            within(DEADLINE, lambda: list(load_dataset("me/model", split="train", streaming=streaming,
+                                                       cache_dir=cache)))
+        print(f"\nstreaming={streaming}: {type(caught.value).__name__}: {caught.value}")
     assert not local_hub.downloads_of("pytorch_model.bin"), "the .idx is looked for before any .bin is fetched"
 
 
