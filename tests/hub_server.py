@@ -43,6 +43,7 @@ import json
 import re
 import socket
 import threading
+import traceback
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -117,8 +118,6 @@ class LocalHub(ThreadingHTTPServer):
     def handle_error(self, request, client_address) -> None:
         """A bug in this server would reach the client as a dropped connection, which the
         clients retry: keep it in ``errors`` for the tests to check instead."""
-        import traceback
-
         self.errors.append(traceback.format_exc())
 
     def start(self) -> "LocalHub":
