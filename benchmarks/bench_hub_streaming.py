@@ -83,7 +83,7 @@ def main() -> None:
 
     import mmidx_builder  # noqa: F401,E402
     from mmidx_builder import IndexedFile, sampling, write_documents  # noqa: E402
-    from mmidx_builder.mmidx import DEFAULT_NUM_SHARDS, shard_ranges  # noqa: E402
+    from mmidx_builder.hf.common import DEFAULT_NUM_SHARDS, shard_ranges  # noqa: E402
 
     datasets.disable_progress_bars()
     rng = np.random.default_rng(0)
