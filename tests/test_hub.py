@@ -1,21 +1,19 @@
 """hub.py: uploads go through huggingface_hub's real client code to a fake Hub on 127.0.0.1.
 
-No Hub is reachable here. The fake Hub below answers the HTTP calls huggingface_hub makes
-(create repo, create branch, validate README YAML, preupload, commit) and records them, so
-the tests see what huggingface_hub actually sent: the token header, the files and their
-bytes. It always answers "regular" upload mode, so files travel inline in the commit; the
+No Hub is reachable here. The fake Hub (tests/hub_server.py, shared with the download
+tests) answers the HTTP calls huggingface_hub makes (create repo, create branch, validate
+README YAML, preupload, commit) and records them, so the tests see what huggingface_hub
+actually sent: the token header, the files and their bytes. It always answers "regular" upload mode, so files travel inline in the commit; the
 LFS / Xet transfer of large files is huggingface_hub's own and is not exercised here.
 """
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import json
 import socket
 import struct
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 import pytest
@@ -24,79 +22,10 @@ from mmidx_builder import HubError, write_documents
 from mmidx_builder import hub
 from mmidx_builder.cli import main
 
+from hub_server import LocalHub as FakeHub
+
 TOKEN = "hf_testTOKENthatMustNeverBePrinted0123"
 SMALL = hub.CardSettings(seq_length=16)  # the corpora here hold a few hundred tokens
-
-
-class FakeHub(ThreadingHTTPServer):
-    """Records requests; ``fail`` maps a path fragment to (status, message) to answer instead."""
-
-    def __init__(self):
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.requests: list[dict] = []
-        self.committed: dict[str, bytes] = {}
-        self.fail: dict[str, tuple[int, str]] = {}
-        self.drop: set[str] = set()  # path fragments whose connection is closed without an answer
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-
-class _Handler(BaseHTTPRequestHandler):
-    def log_message(self, *args):
-        pass
-
-    def _answer(self, status: int, body: dict) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def do_GET(self):
-        self._handle()
-
-    def do_POST(self):
-        self._handle()
-
-    def _handle(self):
-        hubsrv: FakeHub = self.server
-        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        hubsrv.requests.append({"method": self.command, "path": self.path,
-                                "authorization": self.headers.get("Authorization"), "body": body})
-        for fragment in hubsrv.drop:
-            if fragment in self.path:
-                self.close_connection = True
-                self.connection.shutdown(socket.SHUT_RDWR)
-                return
-        for fragment, (status, message) in hubsrv.fail.items():
-            if fragment in self.path:
-                # The Hub's 409 for an existing repo carries its URL, which huggingface_hub reads.
-                return self._answer(status, {"error": message, "url": f"{hubsrv.url}/datasets/me/tokens"})
-        path = self.path.split("?")[0]
-        if path == "/api/repos/create":
-            payload = json.loads(body)
-            return self._answer(200, {"url": f"{hubsrv.url}/datasets/{payload['organization']}/{payload['name']}"})
-        if path == "/api/validate-yaml":
-            return self._answer(200, {"errors": [], "warnings": []})
-        if "/branch/" in path:
-            return self._answer(200, {})
-        if "/preupload/" in path:
-            files = json.loads(body)["files"]
-            return self._answer(200, {"files": [{"path": f["path"], "uploadMode": "regular", "shouldIgnore": False,
-                                                 "oid": None} for f in files]})
-        if "/commit/" in path:
-            for line in body.decode().splitlines():
-                item = json.loads(line)
-                if item["key"] == "file":
-                    hubsrv.committed[item["value"]["path"]] = base64.b64decode(item["value"]["content"])
-            repo = path.split("/api/datasets/")[1].split("/commit/")[0]
-            return self._answer(200, {"commitUrl": f"{hubsrv.url}/datasets/{repo}/commit/{'a' * 40}",
-                                      "commitOid": "a" * 40,
-                                      "pullRequestUrl": None})
-        return self._answer(404, {"error": f"fake hub does not know {self.command} {path}"})
 
 
 @pytest.fixture
@@ -212,6 +141,7 @@ def test_hub_refusals_become_hub_errors(fake_hub, corpus, status, expected):
 
 
 def test_an_existing_repo_is_reused(fake_hub, corpus):
+    fake_hub.create_repo("me/tokens")  # the shared server commits only to repos it holds
     fake_hub.fail["/api/repos/create"] = (409, "You already created this dataset repo")
     url, _ = _upload(corpus)
     assert url == f"{fake_hub.url}/datasets/me/tokens"

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from .._io import is_remote
 from ..format import IndexedFile, split_prefix
+from ..pair_downloads import download_pairs
 from ..source import Concatenated
 from .common import GPTConfig, GPTPlan, GPTSamplesBuilder, pair_data_files, ranged
 
@@ -37,7 +38,7 @@ class MMIdxIndexed(GPTSamplesBuilder):
         # Streaming returns the URLs themselves; downloading may rename files, so both
         # files of every pair are downloaded together and re-paired by position.
         pairs = pair_data_files(split, files)
-        return tuple(dl_manager.download([path for pair in pairs for path in pair]))
+        return tuple(download_pairs(dl_manager, [path for pair in pairs for path in pair]))  # .idx first
 
     @staticmethod
     def open_source(plan: GPTPlan, opener):

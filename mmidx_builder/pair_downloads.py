@@ -1,0 +1,56 @@
+"""Downloading the files of ``.bin``/``.idx`` pairs: indexes first, and a missing partner named.
+
+For a Hub repo or URL, ``load_dataset`` (Arrow cache) downloads every data file before the
+builder reads any. Two things go wrong with a plain ``dl_manager.download`` of the pairs:
+
+- a missing ``.idx`` surfaces as ``datasets``' ``FileNotFoundError("404 Client Error ...
+  Entry Not Found for url ...")``, which does not say that the file is the partner of a
+  ``.bin``, nor that a repo whose ``.bin`` files are not token files (model weights are often
+  named ``*.bin``) is no dataset of pairs;
+- the ``.bin`` files, usually gigabytes, are fetched before the missing ``.idx`` is noticed.
+
+So the ``.idx`` files (small) are downloaded first, then the ``.bin`` files, and a missing
+file becomes a :class:`MissingPartnerError`. Streaming ``dl_manager.download`` returns the
+URLs untouched; there ``IndexedFile.open`` finds a missing partner itself.
+"""
+
+from __future__ import annotations
+
+from .errors import MissingPartnerError
+
+NOT_PAIRS_HINT = ("a .bin/.idx pair needs both files; if the .bin files here are not token files "
+                  "(model weights are often named .bin), this is not a dataset of .bin/.idx pairs")
+
+
+def _partner(path: str) -> str:
+    return path[:-4] + (".bin" if path.endswith(".idx") else ".idx")
+
+
+def _exists(path: str, dl_manager) -> bool:
+    from datasets.utils.file_utils import xexists
+
+    return xexists(path, download_config=dl_manager.download_config)
+
+
+def download_pairs(dl_manager, paths: list[str]) -> list[str]:
+    """``dl_manager.download(paths)`` for a flat ``[bin, idx, bin, idx, ...]`` list, returning
+    the downloaded paths in the same order; every ``.idx`` is fetched before any ``.bin``. A
+    file that is not there raises :class:`MissingPartnerError` naming it and its partner."""
+    result = list(paths)
+    for suffix in (".idx", ".bin"):
+        positions = [i for i, path in enumerate(paths) if path.endswith(suffix)]
+        wanted = [paths[i] for i in positions]
+        try:
+            downloaded = dl_manager.download(wanted)
+        except FileNotFoundError as error:
+            missing = [path for path in wanted if not _exists(path, dl_manager)]
+            if not missing:
+                raise
+            raise MissingPartnerError(missing[0], "file", f"the partner of {_partner(missing[0])}",
+                                      "no such file", hint=NOT_PAIRS_HINT) from error
+        for i, path in zip(positions, downloaded):
+            result[i] = path
+    return result
+
+
+__all__ = ["download_pairs"]
