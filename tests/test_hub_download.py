@@ -256,11 +256,6 @@ def test_private_repo_without_the_token_but_with_a_cached_card(local_hub, privat
     assert TOKEN not in str(caught.value)
 
 
-@pytest.mark.xfail(strict=True, raises=ValueError, reason=(
-    "datasets serves an Arrow cache when the Hub cannot be reached (HF_HUB_OFFLINE=1, or a private "
-    "repo without its token) only for a config id equal to its name; since the builder kinds "
-    "(issue 10) a card's configs give the id 'default-<hash>', and the fallback raises "
-    "\"Couldn't find cache for me/tokens\". It worked before; fix, then drop this mark."))
 def test_offline_a_prepared_hub_dataset_loads_from_its_cache(local_hub, published, cache, monkeypatch):
     online = rows(within(DEADLINE, lambda: load_dataset("me/tokens", split="train", cache_dir=cache)))
     monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)

@@ -30,6 +30,7 @@ import datasets
 
 from .._io import is_remote
 from ..errors import ParameterError
+from .registry import FRONT_DOOR, with_card_config
 from .mmidx_fairseq import MMIdxFairseq
 from .mmidx_indexed import MMIdxIndexed
 from .mmidx_raw import MMIdxRaw
@@ -86,24 +87,29 @@ class MMIdx(datasets.ArrowBasedBuilder):
         if args:
             raise TypeError("MMIdx takes keyword arguments only")
         base = _card_config(cls, kwargs.get("config_name"))
-        settings = {name: getattr(base, name) for name in _ALL_FIELDS if base and getattr(base, name) is not None}
-        if settings.pop("index_cache_dir", None) is not None:
+        card = {name: getattr(base, name) for name in _ALL_FIELDS if base and getattr(base, name) is not None}
+        if card.pop("index_cache_dir", None) is not None:
             # A card must not choose where we write: only the caller may.
             logger.warning("ignoring index_cache_dir from the dataset card's configs; pass index_cache_dir= "
                            "yourself to choose where sampling indices are cached")
         if base is not None and kwargs.get("data_files") is None:
             _check_inside(base.data_files, kwargs.get("base_path"))
-        settings.update({name: kwargs.pop(name) for name in _ALL_FIELDS if kwargs.get(name) is not None})
+        call = {name: kwargs.pop(name) for name in _ALL_FIELDS if kwargs.get(name) is not None}
         for name in _ALL_FIELDS:
             kwargs.pop(name, None)
-        for name in ("data_files", "data_dir"):
-            if kwargs.get(name) is None and base is not None and getattr(base, name) is not None:
-                kwargs[name] = getattr(base, name)
-        data_files = kwargs.get("data_files")
+        data_files = kwargs.get("data_files") or (base.data_files if base is not None else None)
         files = [str(f) for split_files in (data_files.values() if isinstance(data_files, dict) else [data_files or []])
                  for f in ([split_files] if isinstance(split_files, str) else split_files)]
-        kind = choose_kind(settings, files)
-        return kind(**kwargs, **settings)
+        kind = choose_kind({**card, **call}, files)
+        if base is None:
+            return kind(**kwargs, **call)
+        # The card's config becomes the kind's own named config (as datasets does for any
+        # builder with card configs), so the cache is keyed as datasets keys card configs:
+        # by the config's name when the call adds no setting (datasets' offline fallback to an
+        # Arrow cache needs exactly that), by name and the call's settings otherwise.
+        config = kind.BUILDER_CONFIG_CLASS(name=base.name, data_files=base.data_files, data_dir=base.data_dir, **card)
+        configured = with_card_config(kind, config, kwargs.get("dataset_name") or FRONT_DOOR)
+        return configured(**kwargs, **call)
 
 
 def _check_inside(data_files, base_path) -> None:

@@ -160,4 +160,14 @@ def record_checksums(builder, enabled: bool) -> None:
     builder._record_checksums = enabled
 
 
+def with_card_config(builder_cls, config, dataset_name: str):
+    """``builder_cls`` with ``config`` as its one named config, the way datasets configures a
+    builder with a card's ``configs:`` (datasets.load.configure_builder_class, which also
+    makes the dynamic class picklable for worker processes)."""
+    from datasets.load import configure_builder_class
+
+    return configure_builder_class(builder_cls, builder_configs=[config], default_config_name=config.name,
+                                   dataset_name=dataset_name)
+
+
 __all__ = ["BUILDER_MODULES", "FRONT_DOOR", "install", "package_source_hash", "register"]
