@@ -46,6 +46,7 @@ __all__ = [
     "build_indices",
     "build_sample_index",
     "build_shuffle_index",
+    "check_int",
     "check_settings",
     "count_samples",
     "document_structure",
@@ -67,20 +68,22 @@ _CACHE_FORMAT = 1
 _ARRAY_NAMES = ("document_index", "sample_index", "shuffle_index")
 
 
-def _check_int(name: str, value, minimum: int, hint: str) -> int:
+def check_int(name: str, value, minimum: int | None = None, hint: str = "") -> int:
+    """``value`` as a Python int, or a ParameterError naming ``name``: not an integer (bools
+    refused), or below ``minimum``. Every integer setting of the package is checked here."""
     try:
         if isinstance(value, bool):
             raise TypeError
         value = operator.index(value)
     except TypeError:
         raise ParameterError(f"{name} must be an integer, got {value!r}") from None
-    if value < minimum:
-        raise ParameterError(f"{name} must be at least {minimum}, got {value}; {hint}")
+    if minimum is not None and value < minimum:
+        raise ParameterError(f"{name} must be at least {minimum}, got {value}" + (f"; {hint}" if hint else ""))
     return value
 
 
 def _check_seed(seed) -> int:
-    seed = _check_int("seed", seed, 0, "use a seed in [0, 2**32)")
+    seed = check_int("seed", seed, 0, "use a seed in [0, 2**32)")
     if seed >= 2**32:
         raise ParameterError(f"seed must be below 2**32 (numpy.random.RandomState), got {seed}")
     return seed
@@ -89,15 +92,15 @@ def _check_seed(seed) -> int:
 def check_settings(*, seq_length, seed, num_epochs=None, num_samples=None) -> None:
     """Raises :class:`ParameterError` for sampling settings that cannot work, before any
     data is read (builder configs call this; :func:`build_indices` applies the same rules)."""
-    _check_int("seq_length", seq_length, 1, "pass a sequence length of 1 or more")
+    check_int("seq_length", seq_length, 1, "pass a sequence length of 1 or more")
     _check_seed(seed)
     if num_epochs is not None and num_samples is not None:
         raise ParameterError(f"give num_epochs or num_samples, not both (got num_epochs={num_epochs}, "
                              f"num_samples={num_samples})")
     if num_epochs is not None:
-        _check_int("num_epochs", num_epochs, 1, "train at least one epoch")
+        check_int("num_epochs", num_epochs, 1, "train at least one epoch")
     if num_samples is not None:
-        _check_int("num_samples", num_samples, 1, "ask for at least one sample")
+        check_int("num_samples", num_samples, 1, "ask for at least one sample")
 
 
 def count_samples(tokens_per_epoch: int, *, seq_length: int, num_epochs: int | None = None,
@@ -113,7 +116,7 @@ def count_samples(tokens_per_epoch: int, *, seq_length: int, num_epochs: int | N
     holds fewer tokens than one sample: there Megatron would need fewer epochs for the
     count, and the epochs asked for are kept (their document index is longer).
     """
-    seq_length = _check_int("seq_length", seq_length, 1, "pass a sequence length of 1 or more")
+    seq_length = check_int("seq_length", seq_length, 1, "pass a sequence length of 1 or more")
     extra = int(bool(add_extra_token))
     tokens_per_epoch = int(tokens_per_epoch)
     if tokens_per_epoch < 1:
@@ -123,7 +126,7 @@ def count_samples(tokens_per_epoch: int, *, seq_length: int, num_epochs: int | N
         raise ParameterError(f"give num_epochs or num_samples, not both (got num_epochs={num_epochs}, "
                              f"num_samples={num_samples})")
     if num_samples is not None:
-        num_samples = _check_int("num_samples", num_samples, 1, "ask for at least one sample")
+        num_samples = check_int("num_samples", num_samples, 1, "ask for at least one sample")
         # megatron-core's _get_num_epochs: the smallest e >= 1 with e * tokens >= N * L + E.
         needed = num_samples * seq_length + extra
         num_epochs = max(1, -(-needed // tokens_per_epoch))
@@ -132,7 +135,7 @@ def count_samples(tokens_per_epoch: int, *, seq_length: int, num_epochs: int | N
                                  f"of {tokens_per_epoch} tokens, more than megatron-core's limit of "
                                  f"{MAX_EPOCHS}; ask for fewer samples")
         return num_epochs, num_samples
-    num_epochs = 1 if num_epochs is None else _check_int("num_epochs", num_epochs, 1, "train at least one epoch")
+    num_epochs = 1 if num_epochs is None else check_int("num_epochs", num_epochs, 1, "train at least one epoch")
     if num_epochs > MAX_EPOCHS:
         raise ParameterError(f"num_epochs={num_epochs} exceeds megatron-core's limit of {MAX_EPOCHS}")
     num_samples = (num_epochs * tokens_per_epoch - extra) // seq_length
@@ -422,7 +425,7 @@ def load_or_build_indices(sequence_lengths, *, cache_dir: str | os.PathLike | No
         raise TypeError(f"load_or_build_indices() got unexpected arguments {sorted(unknown)}")
     params = {name: build_kwargs.get(name) for name in ("seq_length", "seed", "num_epochs", "num_samples")}
     # As plain ints (numpy ints do not serialise); wrong types and values are refused by build_indices.
-    params = {name: value if value is None else _check_int(name, value, -2**63, "") for name, value in params.items()}
+    params = {name: value if value is None else check_int(name, value, -2**63, "") for name, value in params.items()}
     params["add_extra_token"] = bool(build_kwargs.get("add_extra_token", True))
     paths = _cache_paths(os.fspath(cache_dir), _cache_key(sizes, identity, params))
     cached = _load_cached(paths, len(sizes))

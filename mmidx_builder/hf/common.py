@@ -50,13 +50,9 @@ INDEX_CACHE_FOLDER = "mmidx_indices"
 
 
 def check_integer(name: str, value, minimum: int | None = None) -> None:
-    """``value`` is None or an integer (not a bool) of at least ``minimum``."""
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise ParameterError(f"{name} must be an integer, got {value!r}")
-    if minimum is not None and value < minimum:
-        raise ParameterError(f"{name} must be at least {minimum}, got {value}")
+    """``value`` is None (a setting not given) or an integer of at least ``minimum``."""
+    if value is not None:
+        sampling.check_int(name, value, minimum)
 
 
 def shard_ranges(num_rows: int, num_shards: int) -> list[tuple[int, int]]:

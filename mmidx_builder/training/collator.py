@@ -38,6 +38,7 @@ import numpy as np
 
 from .. import provenance
 from ..errors import ParameterError
+from ..sampling import check_int
 from ._torch import require_torch
 
 __all__ = ["MegatronCollator"]
@@ -79,8 +80,8 @@ class MegatronCollator:
         if eod_id is None:
             raise ParameterError("MegatronCollator needs eod_id (the tokenizer's end-of-document id), or "
                                  "dataset= a dataset whose files `mmidx convert` made (it records the id)")
-        self.eod_id = _as_int("eod_id", eod_id)
-        self.pad_id = _as_int("pad_id", pad_id)
+        self.eod_id = check_int("eod_id", eod_id)
+        self.pad_id = check_int("pad_id", pad_id)
         if self.pad_id == self.eod_id:
             raise ParameterError(f"pad_id {self.pad_id} equals eod_id: megatron-core refuses a pad id that collides "
                                  "with EOD and uses -1 instead; pass pad_id=-1")
@@ -174,12 +175,6 @@ class MegatronCollator:
             out["attention_mask"] = torch.from_numpy(attention_mask)
         out.update(loss_mask=torch.from_numpy(loss_mask), position_ids=torch.from_numpy(positions))
         return out
-
-
-def _as_int(name: str, value) -> int:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise ParameterError(f"{name} must be an integer, got {value!r}")
-    return int(value)
 
 
 def _document_boundaries(piece_lengths, length: int, seq_length: int, extra: int):

@@ -44,12 +44,12 @@ which combines the workers' counts into the global one.
 from __future__ import annotations
 
 import itertools
-import operator
 from collections.abc import Iterator, Mapping
 
 import numpy as np
 
 from .. import provenance
+from ..sampling import check_int
 from ..errors import ParameterError
 from ._torch import require_torch
 
@@ -73,32 +73,20 @@ def megatron_rank_stream(dataset, rank: int, world_size: int, micro_batch_size: 
     return MegatronRankStream(dataset, rank, world_size, micro_batch_size, consumed_samples)
 
 
-def _check_int(name: str, value, minimum: int) -> int:
-    try:
-        if isinstance(value, bool):
-            raise TypeError
-        value = operator.index(value)
-    except TypeError:
-        raise ParameterError(f"{name} must be an integer, got {value!r}") from None
-    if value < minimum:
-        raise ParameterError(f"{name} must be at least {minimum}, got {value}")
-    return value
-
-
 class MegatronRankStream(torch.utils.data.IterableDataset):
     """What :func:`megatron_rank_stream` returns: a torch ``IterableDataset`` of one rank's rows."""
 
     def __init__(self, dataset, rank: int, world_size: int, micro_batch_size: int, consumed_samples: int = 0):
-        self.world_size = _check_int("world_size", world_size, 1)
-        self.rank = _check_int("rank", rank, 0)
+        self.world_size = check_int("world_size", world_size, 1)
+        self.rank = check_int("rank", rank, 0)
         if self.rank >= self.world_size:
             raise ParameterError(f"rank must lie in [0, world_size) = [0, {self.world_size}), got {self.rank}")
-        self.micro_batch_size = _check_int("micro_batch_size", micro_batch_size, 1)
+        self.micro_batch_size = check_int("micro_batch_size", micro_batch_size, 1)
         self.dataset = dataset
         self._rows = _row_reader(dataset)
         self.total_samples = self._rows.num_rows
         self.fingerprint = _fingerprint(dataset, self.total_samples)
-        self._start = self._checked_consumed(_check_int("consumed_samples", consumed_samples, 0))
+        self._start = self._checked_consumed(check_int("consumed_samples", consumed_samples, 0))
         self._resume_worker = None  # (iteration start, micro-batches done) from one worker's state
         self._progress = None  # the current iteration: start, worker, workers, micro-batches done before, rows
 
@@ -189,7 +177,7 @@ class MegatronRankStream(torch.utils.data.IterableDataset):
             _compare_fingerprints(found.get("fingerprint") or {}, self.fingerprint)
         globals_ = [s for s in states if s.get("worker") is None]
         if globals_:
-            self._start = self._checked_consumed(_check_int("consumed_samples", globals_[0]["consumed_samples"], 0))
+            self._start = self._checked_consumed(check_int("consumed_samples", globals_[0]["consumed_samples"], 0))
             self._resume_worker = None
             self._progress = None
             return
