@@ -174,12 +174,10 @@ def test_truncating_a_bin_while_streaming_is_an_error_not_sigbus(tmp_path, rando
     assert "FormatError:" in result.stdout and "truncated" in result.stdout
 
 
-def test_an_empty_glob_says_no_file_matched(tmp_path):
-    # datasets resolves the pattern before any of our code runs and hands over no files:
-    # the split is named, the pattern itself is no longer known to the builder.
-    with pytest.raises(ParameterError, match=r"no file matched for split\(s\) \['train'\]"):
-        load_dataset("mmidx", data_files={"train": str(tmp_path / "nowhere" / "*.bin")}, seq_length=SEQ,
-                     cache_dir=str(tmp_path / "c"))
+def test_an_empty_glob_says_no_file_matched_and_which_pattern(tmp_path):
+    pattern = str(tmp_path / "nowhere" / "*.bin")
+    with pytest.raises(ParameterError, match=r"data_files\['train'\]: no file matched .*nowhere/\*\.bin"):
+        load_dataset("mmidx", data_files={"train": pattern}, seq_length=SEQ, cache_dir=str(tmp_path / "c"))
 
 
 def _card(folder, configs_yaml):

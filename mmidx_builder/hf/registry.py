@@ -88,15 +88,33 @@ def _no_folder_scan_for_our_names(load) -> None:
     original = factory.get_module
 
     def get_module(self):
-        if self.name in BUILDER_MODULES and self.data_files is None and self.data_dir is None:
+        if self.name not in BUILDER_MODULES:
+            return original(self)
+        if self.data_files is None and self.data_dir is None:
             from datasets.data_files import DataFilesDict
 
             module_path, code_hash = load._PACKAGED_DATASETS_MODULES[self.name]
             return load.DatasetModule(module_path, code_hash, {"data_files": DataFilesDict(), "dataset_name": self.name})
-        return original(self)
+        module = original(self)
+        _refuse_empty_patterns(self.data_files, module.builder_kwargs.get("data_files") or {})
+        return module
 
     get_module._mmidx = True
     factory.get_module = get_module
+
+
+def _refuse_empty_patterns(patterns, resolved) -> None:
+    """datasets drops a glob that matches nothing without a word, and the builder then sees a
+    split without files and no longer knows the pattern: say it here, while it is known."""
+    from datasets.data_files import sanitize_patterns
+
+    from ..errors import ParameterError
+
+    given = sanitize_patterns(patterns)
+    for split, files in resolved.items():
+        if not files:
+            raise ParameterError(f"data_files[{str(split)!r}]: no file matched {given.get(split, given)}; "
+                                 "check the path and the pattern")
 
 
 # module imported by datasets -> what to do right after it has run
