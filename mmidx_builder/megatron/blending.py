@@ -1,0 +1,367 @@
+"""BlendedDataset's blending indices, exactly as megatron-core's ``helpers.cpp`` builds them.
+
+A blend of datasets draws, for each blended sample ``s``, one dataset and the next unused
+sample of it. megatron-core decides with a greedy "largest error" rule
+(``helpers.cpp::build_blending_indices``), in double precision::
+
+    x = max(double(s), 1.0)                       # so samples 0 and 1 both use x = 1
+    error[i] = weights[i] * x - double(count[i])  # one rounded product, one rounded difference
+    pick the first i with the largest error       # ties go to the lowest index
+    dataset_index[s] = i; dataset_sample_index[s] = count[i]; count[i] += 1
+
+``build_exhaustive_blending_indices`` (a blend without weights and without a size) runs the
+same rule with ``weights = sizes / sum(sizes)`` over the datasets not yet used up, until
+every dataset has given all its samples.
+
+Outputs: ``dataset_index`` int16 and ``dataset_sample_index`` int64, one entry per blended
+sample, bit for bit megatron-core's.
+
+How it is computed without a loop per sample (pure numpy, no compiler)
+-------------------------------------------------------------------
+The state before sample ``s`` is the vector of counts; the rule is a deterministic function
+of ``(s, counts)``. So the samples are cut into K chunks that are run side by side, one
+numpy lane per chunk, each step doing the rule for all K chunks at once:
+
+* chunk 0 starts from the exact state (all counts 0 at ``s = 0``);
+* every other chunk starts ``WARMUP`` samples early from a *guessed* state (counts near
+  ``weights * s``: ``floor`` plus one for the largest fractional parts) and runs the rule;
+  trajectories of this rule merge quickly (measured: after a few dozen samples even for a
+  weight of 1e-5), so by its first own sample it almost always holds the true state;
+* verification is exact, not statistical: chunk j is right iff the state it reached at its
+  first sample equals the state chunk j-1 ended with (and chunk j-1 is right). Chunks that
+  fail are run again from their predecessor's end state, until every chunk checks out.
+  The first failing chunk is always fixed by a rerun, so this ends; typically nothing fails.
+
+Every error is computed with the same two IEEE double operations as the C++ (numpy ufuncs do
+not fuse them into an FMA), and ties are broken with the same strict ``>`` scan from dataset
+0, so the result is megatron-core's whatever the weights. ``benchmarks/bench_blending.py``
+compares time and memory with the C++ helper.
+
+:func:`load_or_build_blending_indices` caches results as ``.npy`` files keyed by content.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import warnings
+
+import numpy as np
+
+from ..errors import ParameterError
+from .._io import write_atomically
+
+__all__ = [
+    "BlendingIndices",
+    "build_blending_indices",
+    "build_exhaustive_blending_indices",
+    "load_or_build_blending_indices",
+]
+
+# BlendedDataset asserts fewer than 32767 datasets: dataset_index is int16.
+MAX_DATASETS = 32766
+# Chunks run side by side: enough lanes that each numpy call does real work, few enough that
+# the per-step arrays stay in cache (measured best between 8k and 32k on 2 cores).
+_MAX_LANES = 16384
+# Shortest chunk worth a lane of its own, and the samples a chunk runs before its first own one.
+_MIN_CHUNK = 2048
+_WARMUP = 64
+# Steps buffered before they are written out to the (lane-major) outputs: ~10 MiB of buffers.
+_BLOCK_BYTES = 10 << 20
+_CACHE_FORMAT = 1
+
+
+class BlendingIndices:
+    """``dataset_index`` (int16) and ``dataset_sample_index`` (int64), one entry per sample."""
+
+    __slots__ = ("dataset_index", "dataset_sample_index")
+
+    def __init__(self, dataset_index: np.ndarray, dataset_sample_index: np.ndarray):
+        self.dataset_index = dataset_index
+        self.dataset_sample_index = dataset_sample_index
+
+    def __len__(self) -> int:
+        return len(self.dataset_index)
+
+    def __iter__(self):
+        return iter((self.dataset_index, self.dataset_sample_index))
+
+
+# --- inputs --------------------------------------------------------------------------------------
+
+def _as_weights(weights) -> np.ndarray:
+    try:
+        w = np.array(weights, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ParameterError(f"blending weights must be numbers, got {weights!r}") from None
+    if w.ndim != 1 or len(w) == 0:
+        raise ParameterError(f"blending weights must be a non-empty 1-D list, got shape {w.shape}")
+    if len(w) > MAX_DATASETS:
+        raise ParameterError(f"{len(w)} datasets in one blend; megatron-core's int16 dataset_index allows "
+                             f"at most {MAX_DATASETS}")
+    bad = ~np.isfinite(w) | (w <= 0)
+    if bad.any():
+        k = int(np.argmax(bad))
+        raise ParameterError(f"blending weight {k} is {w[k]!r}; every weight must be a finite number > 0 "
+                             "(megatron-core's BlendedDataset asserts it)")
+    return w
+
+
+def _as_size(size, name: str = "size") -> int:
+    if isinstance(size, bool) or not isinstance(size, (int, np.integer)):
+        raise ParameterError(f"{name} must be an integer, got {size!r}")
+    if size < 0:
+        raise ParameterError(f"{name} must be >= 0, got {size}")
+    return int(size)
+
+
+def _as_sizes(sizes) -> np.ndarray:
+    s = np.asarray(sizes)
+    if s.ndim != 1 or len(s) == 0 or not np.issubdtype(s.dtype, np.integer):
+        raise ParameterError(f"dataset sizes must be a non-empty 1-D integer list, got {sizes!r}")
+    if len(s) > MAX_DATASETS:
+        raise ParameterError(f"{len(s)} datasets in one blend; at most {MAX_DATASETS}")
+    if (s <= 0).any():
+        k = int(np.argmax(s <= 0))
+        raise ParameterError(f"dataset {k} has {int(s[k])} samples; every dataset of a blend must hold at "
+                             "least one (megatron-core's BlendedDataset asserts it)")
+    return s.astype(np.int64)
+
+
+# --- the rule, many chunks at once ----------------------------------------------------------------
+
+def _guess_counts(weights: np.ndarray, caps: np.ndarray | None, steps: np.ndarray) -> np.ndarray:
+    """A plausible state before sample ``steps[j]``: counts near ``weights * steps`` summing to
+    ``steps``; exact for step 0. Only speed depends on it: every chunk is verified."""
+    x = np.maximum(steps, 1).astype(np.float64)
+    product = np.outer(weights, x)  # (n, lanes)
+    counts = np.floor(product)
+    missing = steps.astype(np.float64) - counts.sum(axis=0)
+    # The datasets furthest into their current sample are the ones most likely already drawn.
+    rank = np.argsort(np.argsort(-(product - counts), axis=0, kind="stable"), axis=0, kind="stable")
+    counts += rank < missing[None, :]
+    counts[:, steps == 0] = 0
+    if caps is not None:
+        np.minimum(counts, caps[:, None], out=counts)
+    return counts
+
+
+def _run_lanes(weights: np.ndarray, caps: np.ndarray | None, first_steps: np.ndarray, counts: np.ndarray,
+               num_steps: int, snapshot_step: int | None, write) -> np.ndarray | None:
+    """Runs the rule for ``num_steps`` samples in every lane, lane j starting at sample
+    ``first_steps[j]`` with ``counts[:, j]`` (float64, updated in place).
+
+    ``write(t0, picks, drawn)`` receives each block of steps ``t0 ..``: ``picks`` (steps, lanes)
+    int16 and ``drawn`` (steps, lanes) int64. Returns a copy of the counts before step
+    ``snapshot_step`` (the state a chunk reached at its first own sample), if asked.
+    """
+    n, lanes = counts.shape
+    flat_counts = counts.reshape(-1)  # a view: row i holds dataset i's counts, lane-contiguous
+    lane_ids = np.arange(lanes, dtype=np.int64)
+    step = first_steps.astype(np.float64)  # exact: samples stay far below 2**53
+    x = np.empty(lanes)
+    best = np.empty(lanes)
+    error = np.empty(lanes)
+    greater = np.empty(lanes, dtype=bool)
+    spent = np.empty(lanes, dtype=bool) if caps is not None else None
+    pick = np.empty(lanes, dtype=np.int16)
+    flat = np.empty(lanes, dtype=np.int64)
+    taken = np.empty(lanes)
+    block = max(1, min(num_steps, _BLOCK_BYTES // (10 * lanes)))
+    picks = np.empty((block, lanes), dtype=np.int16)
+    drawn = np.empty((block, lanes), dtype=np.int64)
+    snapshot = None
+    for t0 in range(0, num_steps, block):
+        steps_here = min(block, num_steps - t0)
+        for b in range(steps_here):
+            if snapshot_step == t0 + b:
+                snapshot = counts.copy()
+            np.maximum(step, 1.0, out=x)
+            for i in range(n):
+                target = best if i == 0 else error
+                # fl(fl(w * x) - count): the C++ expression, operation for operation.
+                np.multiply(x, weights[i], out=target)
+                np.subtract(target, counts[i], out=target)
+                if caps is not None:  # a used-up dataset is out of the exhaustive draw
+                    np.greater_equal(counts[i], caps[i], out=spent)
+                    np.copyto(target, -np.inf, where=spent)
+                if i == 0:
+                    pick.fill(0)
+                    continue
+                np.greater(error, best, out=greater)  # strict: the lowest index wins a tie
+                np.maximum(best, error, out=best)
+                np.copyto(pick, i, where=greater)
+            picks[b] = pick
+            np.multiply(pick, lanes, out=flat)
+            flat += lane_ids
+            np.take(flat_counts, flat, out=taken)
+            drawn[b] = taken
+            taken += 1.0
+            np.put(flat_counts, flat, taken)
+            step += 1.0
+        write(t0, picks[:steps_here], drawn[:steps_here])
+    if snapshot_step == num_steps:
+        snapshot = counts.copy()
+    return snapshot
+
+
+def _greedy(weights: np.ndarray, size: int, caps: np.ndarray | None) -> BlendingIndices:
+    n = len(weights)
+    dataset_index = np.empty(size, dtype=np.int16)
+    dataset_sample_index = np.empty(size, dtype=np.int64)
+    if size == 0:
+        return BlendingIndices(dataset_index, dataset_sample_index)
+    if n == 1:  # one dataset: every draw is its next sample
+        dataset_index.fill(0)
+        dataset_sample_index[:] = np.arange(size, dtype=np.int64)
+        return BlendingIndices(dataset_index, dataset_sample_index)
+    caps_f = None if caps is None else caps.astype(np.float64)
+
+    # Chunk j records samples [W + j*m, W + (j+1)*m) (chunk 0 also [0, W)) after starting at
+    # sample j*m, so every lane runs W + m steps and lane j's step t is sample j*m + t.
+    warmup = _WARMUP
+    chunk = max(_MIN_CHUNK, -(-(size - warmup) // _MAX_LANES))
+    lanes = max(1, -(-(size - warmup) // chunk))
+    if lanes == 1:
+        warmup, chunk = 0, size
+    starts = np.arange(lanes, dtype=np.int64) * chunk
+    counts = _guess_counts(weights, caps_f, starts)
+    row_len = warmup + chunk
+    # Rows 0 .. lanes-2 lie inside the outputs; the last row may run past the end.
+    full_rows = lanes - 1
+
+    def views(array):
+        return np.lib.stride_tricks.as_strided(array, shape=(full_rows, row_len),
+                                               strides=(chunk * array.itemsize, array.itemsize))
+
+    index_rows, sample_rows = views(dataset_index), views(dataset_sample_index)
+    last_begin = (lanes - 1) * chunk
+
+    def write_first_round(t0, picks, drawn):
+        t1 = t0 + len(picks)
+        lo = max(t0, warmup)  # lanes after the first record only from their first own sample
+        if full_rows:
+            index_rows[0, t0:t1] = picks[:, 0]
+            sample_rows[0, t0:t1] = drawn[:, 0]
+            if lo < t1 and full_rows > 1:
+                index_rows[1:, lo:t1] = picks[lo - t0:, 1:full_rows].T
+                sample_rows[1:, lo:t1] = drawn[lo - t0:, 1:full_rows].T
+        last_lo = t0 if lanes == 1 else lo
+        stop = min(t1, size - last_begin)
+        if last_lo < stop:
+            dataset_index[last_begin + last_lo:last_begin + stop] = picks[last_lo - t0:stop - t0, -1]
+            dataset_sample_index[last_begin + last_lo:last_begin + stop] = drawn[last_lo - t0:stop - t0, -1]
+
+    begin_state = _run_lanes(weights, caps_f, starts, counts, row_len, warmup, write_first_round)
+    end_state = counts  # state before each lane's sample j*m + W + m, the next chunk's first own
+    if lanes == 1:
+        return BlendingIndices(dataset_index, dataset_sample_index)
+
+    # Exact verification: chunk j holds the truth iff it began where chunk j-1 ended.
+    first_own = warmup + starts  # sample where each chunk's own range begins
+    own_end = np.minimum(first_own + chunk, size)
+    own_end[0] = warmup + chunk if lanes > 1 else size
+    while True:
+        agree = np.ones(lanes, dtype=bool)
+        agree[1:] = (begin_state[:, 1:] == end_state[:, :-1]).all(axis=0)
+        redo = np.flatnonzero(~agree)
+        import sys; print("redo", len(redo), redo[:10], file=sys.stderr)
+        if len(redo) == 0:
+            return BlendingIndices(dataset_index, dataset_sample_index)
+        redo_counts = end_state[:, redo - 1].copy()
+        redo_first = first_own[redo]
+        redo_len = own_end[redo] - redo_first
+
+        def write_redo(t0, picks, drawn, redo_first=redo_first, redo_len=redo_len):
+            for k in range(len(redo_first)):
+                stop = min(t0 + len(picks), int(redo_len[k]))
+                if t0 < stop:
+                    a = int(redo_first[k]) + t0
+                    dataset_index[a:a + stop - t0] = picks[:stop - t0, k]
+                    dataset_sample_index[a:a + stop - t0] = drawn[:stop - t0, k]
+
+        begin_state[:, redo] = redo_counts
+        _run_lanes(weights, caps_f, redo_first, redo_counts, chunk, None, write_redo)
+        end_state[:, redo] = redo_counts
+
+
+# --- public functions -----------------------------------------------------------------------------
+
+def build_blending_indices(weights, size: int) -> BlendingIndices:
+    """``helpers.build_blending_indices(dataset_index, dataset_sample_index, weights, len(weights),
+    size, False)``: ``size`` draws by the largest-error rule.
+
+    ``weights`` are used as given (float64), as the C++ does: pass what BlendedDataset passes,
+    i.e. ``normalize(weights)`` of the weights it was given (see ``blend.py``).
+    """
+    return _greedy(_as_weights(weights), _as_size(size), None)
+
+
+def build_exhaustive_blending_indices(sizes) -> BlendingIndices:
+    """``helpers.build_exhaustive_blending_indices``: exactly ``sizes[i]`` draws of dataset i,
+    ``sum(sizes)`` in all, in the order of the largest-error rule with ``weights = sizes / total``
+    over the datasets not yet used up."""
+    sizes = _as_sizes(sizes)
+    total = int(sizes.sum())
+    # The C++ divides each int64 size, converted to double, by the double of the total.
+    weights = sizes.astype(np.float64) / np.float64(float(total))
+    return _greedy(weights, total, sizes)
+
+
+# --- the cache ------------------------------------------------------------------------------------
+
+def _cache_key(kind: str, values: np.ndarray, size: int) -> str:
+    digest = hashlib.sha256()
+    digest.update(json.dumps({"cache_format": _CACHE_FORMAT, "kind": kind, "size": size,
+                              "dtype": values.dtype.str, "count": len(values)}, sort_keys=True).encode())
+    digest.update(np.ascontiguousarray(values).data)
+    return digest.hexdigest()[:32]
+
+
+def load_or_build_blending_indices(*, cache_dir: str | os.PathLike | None, weights=None, size: int | None = None,
+                                   sizes=None) -> BlendingIndices:
+    """:func:`build_blending_indices` (``weights`` and ``size``) or
+    :func:`build_exhaustive_blending_indices` (``sizes``), cached in ``cache_dir`` (None: no cache).
+
+    The key hashes the exact float64 weights (or int64 sizes) and the size, so equal inputs share a
+    cache whatever the files were called. Arrays are written with ``allow_pickle=False`` under
+    temporary names and renamed, a small meta file last; a hit returns read-only memory maps. A
+    cache that cannot be written is skipped with a warning.
+    """
+    if (sizes is None) == (weights is None):
+        raise ParameterError("give weights and size (a weighted blend) or sizes (an exhaustive blend), not both")
+    if sizes is not None:
+        values, kind = _as_sizes(sizes), "exhaustive"
+        size = int(values.sum())
+        build = lambda: build_exhaustive_blending_indices(values)  # noqa: E731
+    else:
+        values, kind = _as_weights(weights), "weighted"
+        size = _as_size(size)
+        build = lambda: build_blending_indices(values, size)  # noqa: E731
+    if cache_dir is None:
+        return build()
+    cache_dir = os.fspath(cache_dir)
+    key = _cache_key(kind, values, size)
+    paths = {name: os.path.join(cache_dir, f"{key}-{name}.npy") for name in ("dataset_index", "dataset_sample_index")}
+    meta_path = os.path.join(cache_dir, f"{key}-blending.json")
+    try:
+        with open(meta_path, encoding="utf-8") as f:
+            meta = json.load(f)
+        index = np.load(paths["dataset_index"], mmap_mode="r", allow_pickle=False)
+        sample = np.load(paths["dataset_sample_index"], mmap_mode="r", allow_pickle=False)
+        if (meta.get("size") == size and index.shape == (size,) and sample.shape == (size,)
+                and index.dtype == np.int16 and sample.dtype == np.int64):
+            return BlendingIndices(index, sample)
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    result = build()
+    try:
+        os.makedirs(cache_dir, exist_ok=True)
+        for name, array in zip(("dataset_index", "dataset_sample_index"), result):
+            write_atomically(paths[name], lambda f, a=array: np.save(f, a, allow_pickle=False))
+        # The meta file goes last: its presence says the arrays are complete.
+        write_atomically(meta_path, json.dumps({"kind": kind, "size": size}).encode())
+    except OSError as error:
+        warnings.warn(f"blending indices not cached in {cache_dir}: {error}", stacklevel=2)
+    return result

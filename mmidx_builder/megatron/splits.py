@@ -1,0 +1,127 @@
+"""A planned Megatron split (blend.py) built over opened files: every mid-level dataset's GPT
+indices, the blending indices, and the tokens of any training positions.
+
+    build_split(plan, sources, ...)   -> BuiltSplit   (the indices, cached like the others)
+    split_samples(built, positions)   -> tokens (rows, sample_length), dataset_id per row
+
+A part's GPTDataset is sampled over its sequence range exactly as sampling.build_indices
+samples the range's lengths (megatron-core tiles and shuffles the range's own ids, which
+RandomState permutes as it permutes ``arange``), read through a source.SequenceRange.
+Pure numpy; nothing here imports ``datasets``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import sampling
+from ..errors import ParameterError
+from ..source import SequenceRange, TokenSource
+from .blend import SplitPlan, normalize, per_dataset_size, sequence_range
+from .blending import BlendingIndices, load_or_build_blending_indices
+
+
+@dataclass(frozen=True, eq=False)
+class BuiltSplit:
+    plan: SplitPlan
+    sources: tuple[TokenSource, ...]  # one per part: the prefix's sequence range
+    indices: tuple[sampling.SamplingIndices, ...]  # one per part; every built sample readable
+    blending: BlendingIndices | None
+    rows: int  # what the split yields: positions 0 .. rows - 1
+
+    @property
+    def sample_length(self) -> int:
+        return self.indices[0].sample_length
+
+
+def _part_source(plan: SplitPlan, part, source: TokenSource, prefix_label: str) -> SequenceRange:
+    num_sequences = len(source.sequence_lengths)
+    begin, end = sequence_range(part.bookend, num_sequences)
+    ranged = SequenceRange(source, begin, end)
+    if end <= begin or int(np.asarray(ranged.sequence_lengths).sum(dtype=np.int64)) == 0:
+        # megatron-core loops forever in GPTDataset._get_num_epochs here (a size, no tokens).
+        raise ParameterError(
+            f"split {plan.name!r} (ratio {plan.ratio:.4g}) gets sequences [{begin}, {end}) of {prefix_label}, which "
+            f"has {num_sequences:,} sequences: that is {'no sequence' if end <= begin else 'no token'}. Raise the "
+            f"split's ratio, give the prefix more sequences, or set that split's ratio to 0 to leave it out")
+    return ranged
+
+
+def build_split(plan: SplitPlan, sources: dict[str, TokenSource], *, seq_length: int, seed: int,
+                add_extra_token: bool = True, cache_dir=None) -> BuiltSplit:
+    """Indices for ``plan`` over ``sources`` (prefix -> the opened pair), megatron-core's way."""
+    parts, all_indices = [], []
+    for part in plan.parts:
+        ranged = _part_source(plan, part, sources[part.prefix], part.prefix)
+        try:
+            indices = sampling.load_or_build_indices(
+                ranged.sequence_lengths, cache_dir=cache_dir, identity=ranged.identity, seq_length=seq_length,
+                seed=seed, num_samples=part.num_samples, add_extra_token=add_extra_token)
+        except ParameterError as error:
+            raise ParameterError(f"split {plan.name!r}, {part.prefix} sequences [{ranged.begin}, {ranged.end}): "
+                                 f"{error}") from None
+        # A blend may draw any sample megatron-core built (len(GPTDataset) is every sample of
+        # its epochs), not only the num_samples asked for.
+        all_indices.append(dataclasses.replace(indices, num_samples=indices.total_samples))
+        parts.append(ranged)
+    lengths = [indices.total_samples for indices in all_indices]
+    blending = None
+    if plan.blend is None:
+        rows = plan.size if plan.size is not None else lengths[0]
+    elif plan.blend == "weighted":
+        size = sum(per_dataset_size(plan.size, w) for w in plan.weights)
+        # BlendedDataset normalises the weights it is given once more.
+        blending = load_or_build_blending_indices(cache_dir=cache_dir, weights=normalize(plan.weights), size=size)
+        rows = plan.size
+    elif plan.size is None:
+        blending = load_or_build_blending_indices(cache_dir=cache_dir, sizes=np.array(lengths, np.int64))
+        rows = len(blending)
+    else:
+        size = min(plan.size, sum(lengths))
+        blending = load_or_build_blending_indices(cache_dir=cache_dir, weights=normalize(lengths), size=size)
+        rows = size
+    if blending is not None:
+        drawn = np.bincount(np.asarray(blending.dataset_index, np.int64), minlength=len(lengths))
+        for part, available, count in zip(plan.parts, lengths, drawn.tolist()):
+            if count > available:
+                raise ParameterError(
+                    f"split {plan.name!r}: the blend draws {count:,} samples from {part.prefix}, which has "
+                    f"{available:,}; raise mid_level_dataset_surplus (megatron-core raises IndexError here)")
+    return BuiltSplit(plan, tuple(parts), tuple(all_indices), blending, int(rows))
+
+
+def split_samples(built: BuiltSplit, positions, document_structure: bool = False):
+    """Tokens of training positions ``positions`` of the split: ``(tokens, dataset_ids,
+    structure)`` where ``tokens`` is ``(len(positions), sample_length)`` in the files' dtype,
+    ``dataset_ids`` int16 (the prefix's index in its blend; 0 without a blend) and
+    ``structure`` (position_ids, piece_lengths) when asked for, else None."""
+    positions = np.asarray(positions, np.int64)
+    if positions.size and (positions.min() < 0 or positions.max() >= built.rows):
+        raise ParameterError(f"positions must lie in [0, {built.rows}) for split {built.plan.name!r}")
+    if built.blending is None:
+        datasets = np.zeros(len(positions), np.int64)
+        samples = positions
+    else:
+        datasets = np.asarray(built.blending.dataset_index[positions], np.int64)
+        samples = np.asarray(built.blending.dataset_sample_index[positions], np.int64)
+    dtype = built.sources[0].dtype
+    tokens = np.empty((len(positions), built.sample_length), dtype)
+    position_ids = np.empty((len(positions), built.sample_length), np.int32) if document_structure else None
+    piece_lengths: list = [None] * len(positions) if document_structure else None
+    for d in np.unique(datasets).tolist():
+        rows = np.flatnonzero(datasets == d)
+        source, indices = built.sources[d], built.indices[d]
+        tokens[rows] = sampling.assemble_samples(source, indices, samples[rows])
+        if document_structure:
+            ids, pieces = sampling.document_structure(indices, source.sequence_lengths, samples[rows])
+            position_ids[rows] = ids
+            for row, piece in zip(rows.tolist(), pieces):
+                piece_lengths[row] = piece
+    structure = (position_ids, piece_lengths) if document_structure else None
+    return tokens, datasets.astype(np.int16), structure
+
+
+__all__ = ["BuiltSplit", "build_split", "split_samples"]

@@ -1,0 +1,187 @@
+"""Megatron blends and split strings, sample for sample against megatron-core's own
+BlendedMegatronDatasetBuilder (GPTDataset mid-level datasets, BlendedDataset on top)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mmidx_builder.errors import ParameterError
+from mmidx_builder.format import IndexedFile, write_documents
+from mmidx_builder.megatron import blend as mblend
+from mmidx_builder.megatron.splits import build_split, split_samples
+
+SPLITS = ("train", "validation", "test")
+
+
+class TinyTokenizer:
+    """What GPTDataset asks of a tokenizer."""
+
+    eod = 0
+    vocab_size = None
+    pad = -1
+    unique_identifiers = {"class": "TinyTokenizer"}
+
+
+def _write_prefixes(folder, rng, count):
+    prefixes = []
+    for k in range(count):
+        n = int(rng.integers(40, 400))
+        lengths = rng.integers(0, 60, n)
+        lengths[rng.random(n) < 0.1] = 0
+        prefixes.append(write_documents(folder / f"p{k}_text_document",
+                                        [rng.integers(1, 60_000, m) for m in lengths], dtype=np.uint16))
+    return prefixes
+
+
+def _theirs(megatron_builder, megatron_config, prefixes, weights, split, per_split, sizes, seq_length, seed, extra,
+            surplus, cache):
+    from megatron.core.datasets.gpt_dataset import GPTDataset
+
+    def blend_of(ps, ws):
+        return (list(ps), None if ws is None else list(ws))
+
+    kwargs = dict(random_seed=seed, sequence_length=seq_length, tokenizer=TinyTokenizer(), path_to_cache=str(cache),
+                  add_extra_token_to_sequence=extra, reset_position_ids=False, reset_attention_mask=False,
+                  eod_mask_loss=False, mid_level_dataset_surplus=surplus)
+    if per_split is None:
+        config = megatron_config(blend=blend_of(prefixes, weights), split=split, **kwargs)
+    else:
+        config = megatron_config(blend_per_split=[None if b is None else blend_of(*b) for b in per_split], **kwargs)
+    return megatron_builder(GPTDataset, sizes, lambda: True, config).build()
+
+
+def _their_sample(dataset, i):
+    """(tokens, dataset_id) of position i of a megatron-core top-level dataset."""
+    if hasattr(dataset, "dataset_index"):  # BlendedDataset
+        d, j = int(dataset.dataset_index[i]), int(dataset.dataset_sample_index[i])
+        return dataset.datasets[d]._query_document_sample_shuffle_indices(j)[0], d
+    return dataset._query_document_sample_shuffle_indices(i)[0], None
+
+
+def _random_split(rng):
+    parts = [int(rng.choice([0, 1, 2, 5, 30, 969])) for _ in range(int(rng.integers(1, 4)))]
+    if not any(parts):
+        parts[0] = 1
+    return ",".join(map(str, parts))
+
+
+@pytest.fixture(scope="module")
+def oracle(megatron):
+    from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
+    from megatron.core.datasets.gpt_dataset import GPTDatasetConfig
+
+    return BlendedMegatronDatasetBuilder, GPTDatasetConfig
+
+
+@pytest.mark.megatron
+def test_random_blends_and_splits_equal_megatron_core(oracle, tmp_path):
+    builder_cls, config_cls = oracle
+    rng = np.random.default_rng(11)
+    compared = splits_seen = 0
+    for case in range(200):
+        folder = tmp_path / f"case{case}"
+        prefixes = _write_prefixes(folder, rng, int(rng.integers(1, 5)))
+        files = {p: IndexedFile.open(p) for p in prefixes}
+        weighted = bool(rng.integers(0, 2))
+        weights = [float(rng.integers(1, 10)) for _ in prefixes] if weighted else None
+        seq_length, seed, extra = int(rng.integers(2, 40)), int(rng.integers(0, 10_000)), bool(rng.integers(0, 2))
+        surplus = float(rng.choice([0.005, 0.05, 0.5]))
+        sizes = [int(rng.integers(1, 300)) for _ in SPLITS] if weighted or rng.integers(0, 2) else [None] * 3
+        per_split = None
+        if rng.random() < 0.3:  # blend_per_split
+            per_split = []
+            for _ in SPLITS:
+                chosen = [p for p in prefixes if rng.random() < 0.6] or [prefixes[0]]
+                per_split.append((chosen, [float(rng.integers(1, 5)) for _ in chosen] if weighted else None))
+            data_path, split = None, None
+        else:
+            split = _random_split(rng)
+            data_path = prefixes if weights is None else [t for w, p in zip(weights, prefixes) for t in (str(w), p)]
+        num_samples = dict(zip(SPLITS, sizes))
+        kwargs = dict(num_samples=num_samples, mid_level_dataset_surplus=surplus)
+        if per_split is None:
+            kwargs.update(data_path=data_path, split_ratios=split)
+        else:
+            kwargs.update({name: (ps if ws is None else [t for w, p in zip(ws, ps) for t in (str(w), p)])
+                           for name, (ps, ws) in zip(("train_data_path", "valid_data_path", "test_data_path"),
+                                                     per_split)})
+        try:
+            plans = mblend.megatron_plan(**kwargs)
+            built = {name: build_split(plan, files, seq_length=seq_length, seed=seed, add_extra_token=extra)
+                     for name, plan in plans.items()}
+        except ParameterError as error:
+            # Cases megatron-core cannot build (a split with a size but no tokens makes it loop
+            # forever) are refused by us with a message; they are not sent to the oracle.
+            assert "split" in str(error)
+            continue
+        theirs = _theirs(builder_cls, config_cls, prefixes, weights, split, per_split, sizes, seq_length, seed,
+                         extra, surplus, folder / "megatron")
+        for index, name in enumerate(SPLITS):
+            if name not in built:
+                assert theirs[index] is None or len(theirs[index]) == 0 or sizes[index] == 0, (case, name)
+                continue
+            ours = built[name]
+            splits_seen += 1
+            available = len(theirs[index])
+            assert ours.rows <= available, (case, name)
+            check = np.unique(np.concatenate([np.arange(min(ours.rows, 25)),
+                                              rng.integers(0, ours.rows, 25)])) if ours.rows else []
+            tokens, dataset_ids, _ = split_samples(ours, check)
+            for k, i in enumerate(np.asarray(check).tolist()):
+                text, d = _their_sample(theirs[index], i)
+                assert np.array_equal(tokens[k], text), (case, name, i)
+                if d is not None:
+                    assert int(dataset_ids[k]) == d, (case, name, i)
+                compared += 1
+    assert splits_seen > 200 and compared > 5000
+
+
+def test_split_strings_parse_and_cut_as_megatron_core(megatron):
+    from megatron.core.datasets.blended_megatron_dataset_config import (convert_split_vector_to_split_matrix,
+                                                                          parse_and_normalize_split)
+
+    for split in ["969,30,1", "98,2,0", "1", "0,1", "1,1,1", "0.5, 0.25, 0.25", "33,33,34", "7,0,3", "100, 0, 0"]:
+        assert mblend.parse_split(split) == parse_and_normalize_split(split)
+        assert mblend.split_matrix(mblend.parse_split(split)) == convert_split_vector_to_split_matrix(
+            parse_and_normalize_split(split))
+
+
+def test_data_path_parses_as_megatron_core(megatron):
+    from megatron.core.datasets.utils import get_blend_from_list, normalize
+
+    for tokens in (["A"], ["A", "B", "C"], ["0.3", "A", "0.7", "B"], ["30", "A", "70", "B", "1", "C"], ["1", "A"]):
+        prefixes, weights = get_blend_from_list(tokens)
+        ours = mblend.parse_data_path(tokens)
+        assert list(ours.prefixes) == prefixes
+        assert (ours.weights is None) == (weights is None)
+        if weights is not None:
+            assert list(ours.weights) == normalize(weights)
+
+
+@pytest.mark.parametrize("value, message", [
+    (["-1", "A", "2", "B"], "finite and >= 0"),
+    (["0", "A", "0", "B"], "every weight is 0"),
+    (["nan", "A", "1", "B"], "finite"),
+    (["A", "A"], "listed twice"),
+    (["0.3", "A", "B", "C"], "stands where a weight should be"),
+    ([], "empty"),
+    (["0", "A", "1", "B"], "weight 0"),
+])
+def test_bad_weights_and_prefixes_are_one_clear_error(value, message):
+    with pytest.raises(ParameterError, match=message):
+        mblend.parse_data_path(value)
+
+
+def test_a_split_without_sequences_is_refused_at_once_not_a_hang(tmp_path):
+    """300 sequences at 969,30,1 give the test split none: megatron-core loops forever there."""
+    prefix = write_documents(tmp_path / "p_text_document", [[1, 2, 3]] * 300, dtype=np.uint16)
+    plans = mblend.megatron_plan(data_path=[prefix], split_ratios="969,30,1",
+                                 num_samples={"train": 10, "validation": 5, "test": 1})
+    with pytest.raises(ParameterError, match=r"split 'test' \(ratio 0.001\).*300 sequences.*no sequence"):
+        build_split(plans["test"], {prefix: IndexedFile.open(prefix)}, seq_length=4, seed=1)
+
+
+def test_weights_without_a_size_are_refused_as_megatron_core_does():
+    with pytest.raises(ParameterError, match="requires client-specified size"):
+        mblend.megatron_plan(data_path=["1", "A", "2", "B"], split_ratios="1", num_samples=None)
