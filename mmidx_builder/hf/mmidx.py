@@ -3,6 +3,8 @@
 settings and the files, and returns that kind's builder:
 
     kind (builder name)   module               chosen when
+    mmidx_megatron        mmidx_megatron.py    a Megatron data argument is set (data_path,
+                                               split_ratios, *_data_path, megatron_args, ...)
     mmidx_raw_chunks      mmidx_raw_chunks.py  n_bytes is set and style="diff"
     mmidx_raw             mmidx_raw.py         n_bytes is set
     mmidx_fairseq         mmidx_fairseq.py     a fairseq setting is set, or every data file is
@@ -33,13 +35,14 @@ from ..errors import ParameterError
 from .registry import FRONT_DOOR, with_card_config
 from .mmidx_fairseq import MMIdxFairseq
 from .mmidx_indexed import MMIdxIndexed
+from .mmidx_megatron import MMIdxMegatron
 from .mmidx_raw import MMIdxRaw
 from .mmidx_raw_chunks import MMIdxRawChunks
 
 logger = datasets.utils.logging.get_logger(__name__)
 
 # The first kind whose claims() is true is used.
-KINDS = (MMIdxRawChunks, MMIdxRaw, MMIdxFairseq, MMIdxIndexed)
+KINDS = (MMIdxMegatron, MMIdxRawChunks, MMIdxRaw, MMIdxFairseq, MMIdxIndexed)
 
 _BASE_FIELDS = {f.name for f in dataclasses.fields(datasets.BuilderConfig)}
 
@@ -94,6 +97,8 @@ class MMIdx(datasets.ArrowBasedBuilder):
                            "yourself to choose where sampling indices are cached")
         if base is not None and kwargs.get("data_files") is None:
             _check_inside(base.data_files, kwargs.get("base_path"))
+        if base is not None:
+            _check_card_prefixes(card, kwargs.get("base_path"))
         call = {name: kwargs.pop(name) for name in _ALL_FIELDS if kwargs.get(name) is not None}
         for name in _ALL_FIELDS:
             kwargs.pop(name, None)
@@ -125,6 +130,24 @@ def _check_inside(data_files, base_path) -> None:
                 raise ParameterError(f"the dataset card's configs name {f}, outside the dataset folder {root}; "
                                      "a card may only name files inside its folder (pass data_files= yourself "
                                      "to load files from elsewhere)")
+
+
+def _check_card_prefixes(card: dict, base_path) -> None:
+    """Megatron prefixes a card names (data_path and the per-split paths) must lie in the
+    dataset's folder too; a caller's own may be anywhere."""
+    from ..megatron.blend import parse_data_path
+
+    for name in ("data_path", "train_data_path", "valid_data_path", "test_data_path"):
+        if card.get(name) is not None:
+            prefixes = parse_data_path(card[name], name).prefixes
+            if base_path and is_remote(base_path):  # a repo: relative paths that stay inside it
+                escaping = [p for p in prefixes if is_remote(p) or p.startswith("/")
+                            or os.path.normpath(p).startswith("..")]
+                if escaping:
+                    raise ParameterError(f"the dataset card's configs name {escaping[0]}, outside the repository; "
+                                         "a card may only name files inside its repository")
+            else:
+                _check_inside({name: [p + ".bin" for p in prefixes]}, base_path or ".")
 
 
 def _card_config(cls, config_name):

@@ -39,7 +39,7 @@ import sys
 
 FRONT_DOOR = "mmidx"
 # Module names under mmidx_builder.hf; each module's file name is its builder's name.
-BUILDER_MODULES = ("mmidx", "mmidx_indexed", "mmidx_raw", "mmidx_raw_chunks", "mmidx_fairseq")
+BUILDER_MODULES = ("mmidx", "mmidx_indexed", "mmidx_raw", "mmidx_raw_chunks", "mmidx_fairseq", "mmidx_megatron")
 EXTENSIONS = [".bin"]
 
 

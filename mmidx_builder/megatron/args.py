@@ -1,0 +1,162 @@
+"""A Megatron-LM command line read as the data settings it implies.
+
+Which arguments touch the data, and how (Megatron-LM ``megatron/training/arguments.py``,
+``training.py:get_train_valid_test_num_samples``, ``utils/common_utils.py:
+get_blend_and_blend_per_split``, ``pretrain_gpt.py``):
+
+    --data-path, --data-args-path (a file of the same tokens)      data_path
+    --split (default "969, 30, 1" with --data-path)                split_ratios
+    --train/valid/test-data-path, --per-split-data-args-path (JSON) train/valid/test_data_path
+    --seq-length, --seed (default 1234), --mid-level-dataset-surplus
+    --train-samples, or --train-iters x --global-batch-size        num_samples["train"]
+    --eval-iters (100), --eval-interval (1000), --full-validation,  num_samples["validation"],
+    --skip-train, --eval-global-batch-size                         num_samples["test"]
+
+The collator's flags (--reset-position-ids, --reset-attention-mask, --eod-mask-loss,
+--no-create-attention-mask-in-dataloader, --dataloader-inter-document-masking) do not change the
+samples: they are returned in ``collator_flags`` for ``MegatronCollator``. Every other
+argument is ignored; names this module does not know as Megatron's are listed in a warning.
+A command line is parsed with argparse because it is one (the library's own API takes plain
+keyword arguments).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import warnings
+
+from ..errors import ParameterError
+
+# Megatron arguments known not to change which samples come in which order (model, optimiser,
+# parallelism, checkpointing, logging): ignored without a warning.
+IGNORED = frozenset("""
+num-layers hidden-size ffn-hidden-size num-attention-heads num-query-groups group-query-attention kv-channels
+max-position-embeddings position-embedding-type rotary-base rotary-percent normalization norm-epsilon
+swiglu untie-embeddings-and-output-weights disable-bias-linear attention-dropout hidden-dropout
+init-method-std make-vocab-size-divisible-by vocab-size padded-vocab-size tokenizer-type tokenizer-model
+vocab-file merge-file micro-batch-size lr min-lr lr-decay-style lr-decay-iters lr-decay-samples lr-warmup-iters
+lr-warmup-samples lr-warmup-fraction weight-decay clip-grad adam-beta1 adam-beta2 adam-eps optimizer
+bf16 fp16 fp8-format loss-scale initial-loss-scale tensor-model-parallel-size pipeline-model-parallel-size
+context-parallel-size expert-model-parallel-size sequence-parallel use-distributed-optimizer
+overlap-grad-reduce overlap-param-gather use-flash-attn attention-backend transformer-impl
+recompute-activations recompute-granularity recompute-method recompute-num-layers save load save-interval
+no-load-optim no-load-rng log-interval tensorboard-dir wandb-project wandb-exp-name timing-log-level
+distributed-backend distributed-timeout-minutes num-workers data-cache-path mmap-bin-files no-mmap-bin-files
+num-dataset-builder-threads use-mcore-models exit-interval exit-duration-in-mins legacy-tokenizer
+dataloader-type use-checkpoint-args finetune ckpt-format
+""".split())
+COLLATOR_FLAGS = {"reset_position_ids": "reset_position_ids", "reset_attention_mask": "reset_attention_mask",
+                  "eod_mask_loss": "eod_mask_loss", "create_attention_mask": "create_attention_mask",
+                  "inter_document_masking": "inter_document_masking"}
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="megatron_args", add_help=False, allow_abbrev=False,
+                                exit_on_error=False)
+    for name in ("--data-path", "--train-data-path", "--valid-data-path", "--test-data-path"):
+        p.add_argument(name, nargs="*")
+    for name in ("--split", "--data-args-path", "--per-split-data-args-path", "--dataloader-type"):
+        p.add_argument(name)
+    for name in ("--seq-length", "--seed", "--train-samples", "--train-iters", "--global-batch-size",
+                 "--eval-iters", "--eval-interval", "--start-eval-at-iter", "--eval-global-batch-size"):
+        p.add_argument(name, type=int)
+    p.add_argument("--mid-level-dataset-surplus", type=float)
+    for name in ("--full-validation", "--skip-train", "--multiple-validation-sets", "--reset-position-ids",
+                 "--reset-attention-mask", "--eod-mask-loss", "--no-create-attention-mask-in-dataloader",
+                 "--dataloader-inter-document-masking"):
+        p.add_argument(name, action="store_true")
+    return p
+
+
+def _read_tokens(path: str, what: str, opener=open) -> list[str]:
+    try:
+        with opener(path, "r", encoding="utf-8") as f:
+            return f.read().split()
+    except OSError as error:
+        raise ParameterError(f"{what} {path}: cannot read it ({error})") from None
+
+
+def _eval_samples(args, global_batch_size: int) -> int | None:
+    """``get_train_valid_test_num_samples``'s validation size."""
+    if args.full_validation:
+        return None
+    eval_iters = 100 if args.eval_iters is None else args.eval_iters
+    eval_batch = args.eval_global_batch_size or global_batch_size
+    if args.skip_train:
+        return eval_iters * eval_batch
+    interval = 1000 if args.eval_interval is None else args.eval_interval
+    points = args.train_iters // interval + 1
+    if args.start_eval_at_iter is not None:
+        points = max(0, points - args.start_eval_at_iter // interval)
+    return points * eval_iters * eval_batch
+
+
+def settings_from_megatron_args(command_line: str | list[str], opener=open) -> dict:
+    """The builder settings a Megatron command line implies (module docstring), plus
+    ``collator_flags``: MegatronCollator's keyword arguments for the same run."""
+    tokens = shlex.split(command_line) if isinstance(command_line, str) else [str(t) for t in command_line]
+    try:
+        args, rest = _parser().parse_known_args(tokens)
+    except (argparse.ArgumentError, ValueError) as error:
+        raise ParameterError(f"megatron_args: {error}") from None
+    unknown = sorted({t[2:].split("=")[0] for t in rest if t.startswith("--")} - IGNORED)
+    if unknown:
+        warnings.warn(f"megatron_args: not known as Megatron data arguments, ignored: {', '.join(unknown)}",
+                      stacklevel=3)
+    if args.multiple_validation_sets:
+        raise ParameterError("megatron_args: --multiple-validation-sets is not supported; load each validation "
+                             "prefix as a split of its own (valid_data_path)")
+    if args.dataloader_type not in (None, "single"):
+        raise ParameterError(f"megatron_args: --dataloader-type {args.dataloader_type} is not supported; "
+                             "'single' (MegatronPretrainingSampler) is what megatron_rank_stream reproduces")
+    if args.seq_length is None:
+        raise ParameterError("megatron_args: --seq-length is required")
+    if args.data_path is not None and args.data_args_path is not None:
+        raise ParameterError("megatron_args: give --data-path or --data-args-path, not both")
+    data_path = args.data_path
+    if args.data_args_path is not None:
+        data_path = _read_tokens(args.data_args_path, "--data-args-path", opener)
+    per_split = {"train_data_path": args.train_data_path, "valid_data_path": args.valid_data_path,
+                 "test_data_path": args.test_data_path}
+    if args.per_split_data_args_path is not None:
+        try:
+            with opener(args.per_split_data_args_path, "r", encoding="utf-8") as f:
+                loaded = json.load(f)
+        except (OSError, ValueError) as error:
+            raise ParameterError(f"--per-split-data-args-path {args.per_split_data_args_path}: {error}") from None
+        per_split = {f"{name}_data_path": loaded.get(name) for name in ("train", "valid", "test")}
+    if args.train_samples is not None:
+        train = args.train_samples
+        if args.train_iters is None and args.global_batch_size:
+            args.train_iters = args.train_samples // args.global_batch_size  # as validate_args does
+    elif args.train_iters is not None and args.global_batch_size is not None:
+        train = args.train_iters * args.global_batch_size
+    else:
+        raise ParameterError("megatron_args: give --train-samples, or --train-iters with --global-batch-size")
+    if args.global_batch_size is None:
+        raise ParameterError("megatron_args: --global-batch-size is required (the evaluation sizes need it)")
+    if args.train_iters is None and not args.skip_train and not args.full_validation:
+        raise ParameterError("megatron_args: --train-iters is needed to count evaluation points")
+    settings = {
+        "seq_length": args.seq_length,
+        "seed": 1234 if args.seed is None else args.seed,
+        "num_samples": {"train": train, "validation": _eval_samples(args, args.global_batch_size),
+                        "test": (100 if args.eval_iters is None else args.eval_iters)
+                        * (args.eval_global_batch_size or args.global_batch_size)},
+    }
+    if data_path is not None:
+        settings.update(data_path=data_path, split_ratios=args.split)
+    else:
+        settings.update({k: v for k, v in per_split.items() if v is not None})
+    if args.mid_level_dataset_surplus is not None:
+        settings["mid_level_dataset_surplus"] = args.mid_level_dataset_surplus
+    settings["collator_flags"] = {
+        "reset_position_ids": args.reset_position_ids, "reset_attention_mask": args.reset_attention_mask,
+        "eod_mask_loss": args.eod_mask_loss, "create_attention_mask": not args.no_create_attention_mask_in_dataloader,
+        "inter_document_masking": args.dataloader_inter_document_masking}
+    return settings
+
+
+__all__ = ["settings_from_megatron_args"]
