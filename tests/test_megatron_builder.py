@@ -214,3 +214,20 @@ def test_a_missing_prefix_is_named(tmp_path):
 def test_megatron_settings_do_not_mix_with_other_kinds(tmp_path):
     with pytest.raises(ParameterError, match="num_epochs.*does not apply to Megatron data arguments"):
         load_dataset("mmidx", data_path=["x"], num_epochs=2, cache_dir=str(tmp_path / "c"))
+
+
+def test_the_cli_prints_each_split_of_a_megatron_command_line(folder, capsys):
+    from mmidx_builder.cli import main
+
+    prefixes = [str(folder / "data" / f"{n}_text_document") for n in "ab"]
+    command = (f"--data-path 0.3 {prefixes[0]} 0.7 {prefixes[1]} --split 969,30,1 --seq-length 16 "
+               "--train-iters 4 --global-batch-size 8 --eval-iters 1 --eval-interval 2")
+    assert main(["samples", "--megatron-args", command, "--show", "0:4", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert sorted(report) == ["test", "train", "validation"]
+    stream = load_dataset("mmidx", megatron_args=command, streaming=True, split="validation")
+    expected = [(r["dataset_id"], r["input_ids"]) for r, _ in zip(stream, range(4))]
+    assert [(s["dataset_id"], s["input_ids"]) for s in report["validation"]["samples"]] == expected
+    assert main(["samples", "--megatron-args", command, "--split-name", "test"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("test: 8 samples") and "validation" not in out

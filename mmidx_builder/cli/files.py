@@ -24,8 +24,13 @@ def add_commands(commands) -> None:
     p.set_defaults(run=_show)
 
     p = commands.add_parser("samples", help="what training sees: Megatron GPTDataset samples, in order")
-    p.add_argument("path", help="PREFIX, PREFIX.bin or PREFIX.idx")
-    p.add_argument("--seq-length", type=int, required=True, help="tokens per sample (Megatron's --seq-length)")
+    p.add_argument("path", nargs="?", help="PREFIX, PREFIX.bin or PREFIX.idx (or give --megatron-args)")
+    p.add_argument("--megatron-args", metavar="ARGS",
+                   help="a Megatron command line (--data-path, --split, sizes...): its train/validation/test splits")
+    p.add_argument("--split-name", choices=("train", "validation", "test"),
+                   help="with --megatron-args: only this split (default: every split)")
+    p.add_argument("--show", metavar="START:STOP", help="with --megatron-args: the positions to print (default 0:3)")
+    p.add_argument("--seq-length", type=int, help="tokens per sample (Megatron's --seq-length); required with PATH")
     amount = p.add_mutually_exclusive_group()
     amount.add_argument("--num-epochs", type=int, help="whole epochs (default: 1)")
     amount.add_argument("--num-samples", type=int, help="samples, Megatron's way (may end inside an epoch)")
@@ -77,7 +82,7 @@ def _parse_range(text: str, count: int) -> range:
         start, _, stop = text.partition(":")
         return range(count)[slice(int(start) if start else None, int(stop) if stop else None)]
     except ValueError:
-        raise ParameterError(f"--sequences takes START:STOP (e.g. 0:10), got {text!r}") from None
+        raise ParameterError(f"expected START:STOP (e.g. 0:10), got {text!r}") from None
 
 
 def _show(args) -> None:
@@ -89,12 +94,57 @@ def _show(args) -> None:
         print(json.dumps(tokens) if args.json else f"{i}\t{' '.join(map(str, tokens))}")
 
 
+def _megatron_samples(args) -> None:
+    """The splits a Megatron command line builds: per split, the summary and some samples."""
+    from ..format import IndexedFile
+    from ..megatron.args import settings_from_megatron_args
+    from ..megatron.blend import all_prefixes, megatron_plan
+    from ..megatron.splits import build_split, split_samples
+
+    settings = settings_from_megatron_args(args.megatron_args)
+    plans = megatron_plan(**{k: settings.get(k) for k in ("data_path", "split_ratios", "train_data_path",
+                                                          "valid_data_path", "test_data_path", "num_samples",
+                                                          "mid_level_dataset_surplus") if k in settings})
+    sources = {prefix: IndexedFile.open(prefix) for prefix in all_prefixes(plans)}
+    report = {}
+    for name, plan in plans.items():
+        if args.split_name and name != args.split_name:
+            continue
+        built = build_split(plan, sources, seq_length=settings["seq_length"], seed=settings["seed"])
+        shown = _parse_range(args.show or "0:3", built.rows)
+        tokens, dataset_ids, _ = split_samples(built, list(shown))
+        report[name] = {"rows": built.rows, "blend": plan.blend, "size": plan.size,
+                        "datasets": [{"prefix": part.prefix, "num_samples": part.num_samples,
+                                      "built_samples": indices.total_samples}
+                                     for part, indices in zip(plan.parts, built.indices)],
+                        "samples": [{"position": i, "dataset_id": int(d), "input_ids": t}
+                                    for i, d, t in zip(shown, dataset_ids.tolist(), tokens.tolist())]}
+    if args.json:
+        print(json.dumps(report))
+        return
+    for name, split in report.items():
+        blend = split["blend"] or "one dataset, no blend"
+        print(f"{name}: {split['rows']:,} samples (asked {split['size'] if split['size'] is not None else 'one pass'}), "
+              f"{blend}")
+        for i, part in enumerate(split["datasets"]):
+            print(f"  dataset {i}  {part['prefix']}  built for {part['num_samples'] or 'one pass'}, "
+                  f"holds {part['built_samples']:,}")
+        for sample in split["samples"]:
+            print(f"  {sample['position']}\t[{sample['dataset_id']}]\t{' '.join(map(str, sample['input_ids']))}")
+
+
 def _samples(args) -> None:
     import numpy as np
 
     from .. import sampling
     from ..format import IndexedFile
 
+    if args.megatron_args:
+        if args.path:
+            raise ParameterError("give PATH or --megatron-args, not both")
+        return _megatron_samples(args)
+    if not args.path or args.seq_length is None:
+        raise ParameterError("give PATH and --seq-length, or --megatron-args")
     indexed = IndexedFile.open(args.path)
     if args.first < 0:
         raise ParameterError(f"--first takes a count of samples to print, 0 or more, got {args.first}")
