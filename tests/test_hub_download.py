@@ -410,3 +410,42 @@ def test_all_checks_names_a_file_that_differs_from_the_card(local_hub, published
     assert "train.idx" not in message
     # Without all_checks nothing is compared (datasets' default, basic_checks), as for any dataset.
     within(DEADLINE, lambda: load_dataset("me/tampered", split="train", cache_dir=cache + "-basic"))
+
+
+BLEND_CARD = """---
+configs:
+- config_name: default
+  data_path: ["0.4", data/a_text_document, "0.6", data/b_text_document]
+  split_ratios: "90,10,0"
+  num_samples: {train: 120, validation: 12}
+  seq_length: 16
+  seed: 5
+---
+A Megatron blend: two prefixes, weights 0.4 / 0.6, split 90,10,0.
+"""
+
+
+def test_a_megatron_blend_in_the_cards_configs_loads_the_same_from_the_hub(local_hub, tmp_path, cache):
+    """The card of a Hub repo can carry a Megatron blend with relative prefixes: loading the
+    repo (Arrow cache and streaming) gives the folder's rows, dataset_id included."""
+    from huggingface_hub import HfApi
+
+    folder = tmp_path / "blend"
+    rng = np.random.default_rng(8)
+    for name in ("a", "b"):
+        write_documents(folder / "data" / f"{name}_text_document", _documents(rng, rng.integers(0, 90, 400)),
+                        dtype=np.uint16)
+    (folder / "README.md").write_text(BLEND_CARD)
+    api = HfApi()
+    api.create_repo("me/blend", repo_type="dataset", exist_ok=True)
+    api.upload_folder(repo_id="me/blend", repo_type="dataset", folder_path=str(folder))
+    local = load_dataset(str(folder), cache_dir=str(tmp_path / "local"))
+    hosted = within(DEADLINE, lambda: load_dataset("me/blend", cache_dir=cache))
+    streamed = within(DEADLINE, lambda: load_dataset("me/blend", streaming=True, cache_dir=cache))
+    assert sorted(local) == sorted(hosted) == ["train", "validation"]
+    for split in local:
+        assert local[split].num_rows == {"train": 120, "validation": 12}[split]
+        expected = [(r["dataset_id"], r["input_ids"]) for r in local[split]]
+        assert [(r["dataset_id"], r["input_ids"]) for r in hosted[split]] == expected
+        assert [(r["dataset_id"], r["input_ids"]) for r in streamed[split]] == expected
+    assert {r["dataset_id"] for r in local["train"]} == {0, 1}
