@@ -340,12 +340,17 @@ def sample_table(source, indices: sampling.SamplingIndices, sample_ids: np.ndarr
     tokens = cast_tokens(sampling.assemble_samples(source, indices, sample_ids), dtype)
     columns = {"input_ids": fixed_size_lists(tokens, indices.sample_length)}
     if document_structure:
-        position_ids, piece_lengths = sampling.document_structure(indices, source.sequence_lengths, sample_ids)
-        columns["position_ids"] = fixed_size_lists(position_ids.astype(np.int32, copy=False), indices.sample_length)
-        offsets = np.concatenate(([0], np.cumsum([len(p) for p in piece_lengths]))).astype(np.int32)
-        flat = np.concatenate(piece_lengths).astype(np.int32) if piece_lengths else np.zeros(0, np.int32)
-        columns["piece_lengths"] = pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat))
+        columns.update(structure_columns(*sampling.document_structure(indices, source.sequence_lengths, sample_ids),
+                                         indices.sample_length))
     return pa.table(columns)
+
+
+def structure_columns(position_ids: np.ndarray, piece_lengths: list, length: int) -> dict:
+    """The ``document_structure`` columns: position ids (fixed-size lists) and each row's pieces."""
+    offsets = np.concatenate(([0], np.cumsum([len(p) for p in piece_lengths]))).astype(np.int32)
+    flat = np.concatenate(piece_lengths).astype(np.int32) if piece_lengths else np.zeros(0, np.int32)
+    return {"position_ids": fixed_size_lists(position_ids.astype(np.int32, copy=False), length),
+            "piece_lengths": pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat))}
 
 
 class GPTSamplesBuilder(BaseBuilder):

@@ -30,7 +30,8 @@ from ..megatron.blend import DEFAULT_SURPLUS, SplitPlan, all_prefixes, megatron_
 from ..megatron.splits import build_split, split_samples
 from ..pair_downloads import download_pairs
 from ..source import Concatenated
-from .common import INDEX_CACHE_FOLDER, BaseBuilder, BaseConfig, check_integer, fixed_size_lists, ranged
+from .common import (INDEX_CACHE_FOLDER, BaseBuilder, BaseConfig, check_integer, fixed_size_lists, ranged,
+                     sample_features, structure_columns)
 from .registry import cache_root
 
 # The settings that say "this is a Megatron run": any of them picks this builder.
@@ -142,11 +143,7 @@ def megatron_table(built, split: MegatronSplit, rows: np.ndarray) -> pa.Table:
     if split.with_dataset_id:
         columns["dataset_id"] = pa.array(dataset_ids)
     if structure is not None:
-        position_ids, piece_lengths = structure
-        columns["position_ids"] = fixed_size_lists(position_ids, length)
-        offsets = np.concatenate(([0], np.cumsum([len(p) for p in piece_lengths]))).astype(np.int32)
-        flat = np.concatenate(piece_lengths).astype(np.int32) if piece_lengths else np.zeros(0, np.int32)
-        columns["piece_lengths"] = pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat))
+        columns.update(structure_columns(*structure, length))
     return pa.table(columns)
 
 
@@ -197,13 +194,10 @@ class MMIdxMegatron(BaseBuilder):
                                   with_dataset_id=with_dataset_id)
             built = _built(split, open)
             dtype = np.dtype(config.dtype) if config.dtype else built.sources[0].dtype
-            split_features = {"input_ids": datasets.List(datasets.Value(dtype.name), length=built.sample_length)}
+            split_features = sample_features(dtype, built.sample_length, config.document_structure)
             if with_dataset_id:
                 split_features["dataset_id"] = datasets.Value("int16")
-            if config.document_structure:
-                split_features["position_ids"] = datasets.List(datasets.Value("int32"), length=built.sample_length)
-                split_features["piece_lengths"] = datasets.List(datasets.Value("int32"))
-            features.append(datasets.Features(split_features))
+            features.append(split_features)
             provenance.record_split(
                 self.info, name, kind=self.name, files=[p.prefix for p in plan.parts], rows=built.rows,
                 settings={"seq_length": settings["seq_length"], "seed": settings["seed"],
