@@ -34,6 +34,7 @@ from ..dtypes import cast_tokens, integer_dtype
 from ..errors import MissingPartnerError, ParameterError
 from ..format import check_partners, split_prefix
 from . import registry
+from .readahead import ShardReadAhead
 from .registry import cache_root, record_checksums
 
 logger = datasets.utils.logging.get_logger(__name__)
@@ -83,6 +84,23 @@ def one_ahead(make, batches):
             pending = (key, future)
         if pending is not None:
             yield pending[0], pending[1].result()
+
+
+def joined_batches(batches, limit: int) -> list:
+    """``(keys, rows)`` from ``(key, rows)`` batches: consecutive batches joined while their
+    rows add up to at most ``limit`` (a larger batch stays alone). ``keys`` lists each batch's
+    ``(key, row count)``; ``rows`` is their rows, concatenated."""
+    joined, keys, parts, size = [], [], [], 0
+    for key, rows in batches:
+        if keys and size + len(rows) > limit:
+            joined.append((keys, parts[0] if len(parts) == 1 else np.concatenate(parts)))
+            keys, parts, size = [], [], 0
+        keys.append((key, len(rows)))
+        parts.append(rows)
+        size += len(rows)
+    if keys:
+        joined.append((keys, parts[0] if len(parts) == 1 else np.concatenate(parts)))
+    return joined
 
 
 def fixed_size_lists(values: np.ndarray, length: int) -> pa.FixedSizeListArray:
@@ -245,7 +263,17 @@ class BaseBuilder(datasets.ArrowBasedBuilder):
         batches = [(datasets.builder.Key(shard, batch), np.arange(first, min(first + ROWS_PER_TABLE, stop)))
                    for shard, (start, stop) in enumerate(ranges)
                    for batch, first in enumerate(range(start, stop, ROWS_PER_TABLE))]
-        yield from one_ahead(make_table, batches)
+        # One gather for consecutive tables of up to ROWS_PER_TABLE rows in all, cut back into
+        # the (shard, batch) tables datasets counts: 960 shards of a small corpus are a few dozen
+        # rows each, and a gather (and a thread hand-off) per shard would cost more than its rows.
+        for group, table in one_ahead(make_table, joined_batches(batches, ROWS_PER_TABLE)):
+            if len(group) == 1:
+                yield group[0][0], table
+                continue
+            offset = 0
+            for key, rows in group:
+                yield key, table.slice(offset, rows)
+                offset += rows
 
     def _table_maker(self, plan):
         """A function from row numbers (an int64 array) to the Arrow table of those rows."""
@@ -416,8 +444,15 @@ class GPTSamplesBuilder(BaseBuilder):
         return generators
 
     def _table_maker(self, plan: GPTPlan):
-        source, indices = _opened(type(self).open_source, plan, open)
-        return functools.partial(sample_table_for, source, indices, plan)
+        return _read_ahead(type(self).open_source, plan, self.config.num_shards or DEFAULT_NUM_SHARDS, open)
+
+
+@functools.lru_cache(maxsize=8)
+def _read_ahead(open_source, plan: GPTPlan, num_shards: int, opener) -> ShardReadAhead:
+    """The table maker of a split, kept per process: its read-ahead serves later calls."""
+    source, indices = _opened(open_source, plan, opener)
+    return ShardReadAhead(functools.partial(sample_table_for, source, indices, plan),
+                          shard_ranges(indices.num_samples, num_shards), ROWS_PER_TABLE)
 
 
 def sample_table_for(source, indices, plan: GPTPlan, rows: np.ndarray) -> pa.Table:
