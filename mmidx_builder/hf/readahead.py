@@ -4,7 +4,7 @@ A split is cut into up to 960 shards (``common.DEFAULT_NUM_SHARDS``) so that ran
 get whole shards; on a small corpus a shard is a few dozen rows (100M tokens at seq_length
 2048: 51 rows). Streaming asks the builder for one shard per call, and a gather per shard pays
 its fixed costs (index lookups, the bounds check, a table, a trip through ``datasets``) every
-few dozen rows: measured, about a third of the streaming time on such a corpus.
+few dozen rows: measured, about 40% of the streaming time on such a corpus.
 
 :class:`ShardReadAhead` serves those calls. When the shards asked for walk the split's shard
 layout with a steady stride (one process reading every shard in order: stride 1; each of n
