@@ -465,22 +465,31 @@ def sample_pieces(indices: SamplingIndices, sequence_lengths: np.ndarray, sample
     """
     ids = _as_sample_ids(indices, sample_ids)
     extra = int(indices.add_extra_token)
-    rows = np.asarray(indices.shuffle_index[ids], dtype=np.int64)
-    begin = np.asarray(indices.sample_index[rows], dtype=np.int64).reshape(-1, 2)
-    end = np.asarray(indices.sample_index[rows + 1], dtype=np.int64).reshape(-1, 2)
+    # Plain ndarray views: indexing the np.memmap subclass of a cached index costs more than
+    # the lookup itself, and this runs once per table of (often a few dozen) samples.
+    shuffle_index, sample_index, document_index = (
+        np.asarray(a) for a in (indices.shuffle_index, indices.sample_index, indices.document_index))
+    rows = shuffle_index[ids].astype(np.int64)
+    begin = sample_index[rows].astype(np.int64, copy=False)
+    end = sample_index[rows + 1].astype(np.int64, copy=False)
     spans = end[:, 0] - begin[:, 0] + 1  # document-index positions each sample touches
-    first_piece = np.cumsum(spans) - spans
-    last_piece = first_piece + spans - 1
-    sample_of_piece = np.repeat(np.arange(len(ids)), spans)
+    last_piece = np.cumsum(spans)
+    last_piece -= 1
+    first_piece = last_piece - spans + 1
     positions = np.arange(int(spans.sum()), dtype=np.int64)
-    positions += (begin[:, 0] - first_piece)[sample_of_piece]
-    sequence_ids = np.asarray(indices.document_index[positions], dtype=np.int64)
+    positions += np.repeat(begin[:, 0] - first_piece, spans)
+    sequence_ids = document_index[positions].astype(np.int64)
     offsets = np.zeros(len(positions), np.int64)
     offsets[first_piece] = begin[:, 1]
-    piece_ends = np.asarray(sequence_lengths, dtype=np.int64)[sequence_ids]
+    # Only the lengths of the sequences touched: converting the whole table would cost
+    # O(sequences) per call.
+    piece_ends = np.asarray(sequence_lengths)[sequence_ids].astype(np.int64)
     piece_ends[last_piece] = end[:, 1] + extra
     lengths = piece_ends - offsets
-    keep = np.ones(len(lengths), bool) if keep_empty else lengths > 0
+    keep = lengths > 0
+    if keep_empty or keep.all():
+        return sequence_ids, offsets, lengths, spans
+    sample_of_piece = np.repeat(np.arange(len(ids)), spans)
     pieces_per_sample = np.bincount(sample_of_piece[keep], minlength=len(ids)).astype(np.int64)
     return sequence_ids[keep], offsets[keep], lengths[keep], pieces_per_sample
 

@@ -411,6 +411,29 @@ def test_read_pieces_matches_slicing(gather_file, monkeypatch, path, opener):
         np.testing.assert_array_equal(out, expected)
 
 
+@pytest.mark.parametrize("dtype", [np.uint8, np.int16, np.int32, np.int64, np.float64])
+def test_slice_copies_of_every_dtype_into_any_out(tmp_path, monkeypatch, dtype):
+    # The loop path copies bytes when `out` has the file's dtype and is contiguous, and falls
+    # back to numpy's casting slice assignment otherwise; both must give the slices' values.
+    monkeypatch.setattr(fmt, "_LOOP_MIN_MEAN_RUN", 0)
+    rng = np.random.default_rng(11)
+    lengths = rng.integers(0, 90, size=30)
+    tokens = rng.integers(0, 120, size=int(lengths.sum())).astype(dtype)
+    with IndexedFileWriter(tmp_path / "d", dtype=dtype) as writer:
+        writer.add_document(tokens, sequence_lengths=lengths)
+    indexed = IndexedFile.open(tmp_path / "d")
+    starts = np.concatenate(([0], np.cumsum(lengths)))
+    ids, offsets, piece_lengths = _random_pieces(rng, starts, 25)
+    expected = np.concatenate([tokens[starts[i] + o: starts[i] + o + n] for i, o, n in zip(ids, offsets, piece_lengths)])
+    got = indexed.read_pieces(ids, offsets, piece_lengths)
+    assert got.dtype == indexed.dtype
+    np.testing.assert_array_equal(got, expected)
+    wider = np.full(len(expected), -1, np.float64 if dtype == np.float64 else np.int64)
+    np.testing.assert_array_equal(indexed.read_pieces(ids, offsets, piece_lengths, out=wider), expected)
+    strided = np.zeros(2 * len(expected), dtype)[::2]
+    np.testing.assert_array_equal(indexed.read_pieces(ids, offsets, piece_lengths, out=strided), expected)
+
+
 def test_read_pieces_refuses_requests_outside_a_sequence(gather_file):
     prefix, tokens, starts = gather_file
     indexed = IndexedFile.open(prefix)

@@ -4,10 +4,11 @@
                                    a cache hash that covers this package's source and the data
                                    files' identity (both files of a pair), checksums on request,
                                    splits cut into contiguous shard ranges, tables made one
-                                   ahead in a thread
+                                   ahead in a thread, one gather for consecutive small shards
     GPTConfig / GPTSamplesBuilder  kinds whose rows are Megatron GPTDataset samples over a
                                    token source (.bin/.idx pairs, raw files): the sampling
-                                   settings, the index cache, the ``input_ids`` tables
+                                   settings, the index cache, the ``input_ids`` tables, read
+                                   ahead across shards when a stream asks shard by shard
 
 A kind subclasses one of these and says how a split's files become its source; it never
 branches on another kind. Streaming patches ``open`` in this module too (datasets patches
@@ -34,6 +35,7 @@ from ..dtypes import cast_tokens, integer_dtype
 from ..errors import MissingPartnerError, ParameterError
 from ..format import check_partners, split_prefix
 from . import registry
+from .readahead import ShardReadAhead
 from .registry import cache_root, record_checksums
 
 logger = datasets.utils.logging.get_logger(__name__)
@@ -83,6 +85,23 @@ def one_ahead(make, batches):
             pending = (key, future)
         if pending is not None:
             yield pending[0], pending[1].result()
+
+
+def joined_batches(batches, limit: int) -> list:
+    """``(keys, rows)`` from ``(key, rows)`` batches: consecutive batches joined while their
+    rows add up to at most ``limit`` (a larger batch stays alone). ``keys`` lists each batch's
+    ``(key, row count)``; ``rows`` is their rows, concatenated."""
+    joined, keys, parts, size = [], [], [], 0
+    for key, rows in batches:
+        if keys and size + len(rows) > limit:
+            joined.append((keys, parts[0] if len(parts) == 1 else np.concatenate(parts)))
+            keys, parts, size = [], [], 0
+        keys.append((key, len(rows)))
+        parts.append(rows)
+        size += len(rows)
+    if keys:
+        joined.append((keys, parts[0] if len(parts) == 1 else np.concatenate(parts)))
+    return joined
 
 
 def fixed_size_lists(values: np.ndarray, length: int) -> pa.FixedSizeListArray:
@@ -245,7 +264,17 @@ class BaseBuilder(datasets.ArrowBasedBuilder):
         batches = [(datasets.builder.Key(shard, batch), np.arange(first, min(first + ROWS_PER_TABLE, stop)))
                    for shard, (start, stop) in enumerate(ranges)
                    for batch, first in enumerate(range(start, stop, ROWS_PER_TABLE))]
-        yield from one_ahead(make_table, batches)
+        # One gather for consecutive tables of up to ROWS_PER_TABLE rows in all, cut back into
+        # the (shard, batch) tables datasets counts: 960 shards of a small corpus are a few dozen
+        # rows each, and a gather (and a thread hand-off) per shard would cost more than its rows.
+        for group, table in one_ahead(make_table, joined_batches(batches, ROWS_PER_TABLE)):
+            if len(group) == 1:
+                yield group[0][0], table
+                continue
+            offset = 0
+            for key, rows in group:
+                yield key, table.slice(offset, rows)
+                offset += rows
 
     def _table_maker(self, plan):
         """A function from row numbers (an int64 array) to the Arrow table of those rows."""
@@ -334,10 +363,22 @@ def _opened(open_source, plan: GPTPlan, opener):
     return source, indices
 
 
+def pooled_samples(source, indices: sampling.SamplingIndices, sample_ids: np.ndarray) -> np.ndarray:
+    """``sampling.assemble_samples``, gathered into a buffer of pyarrow's memory pool. The pool
+    hands back the memory of tables already consumed; a fresh numpy array of a few MB is new
+    pages from the kernel, each faulted in as the gather first writes it (measured: the gather
+    ran ~20% faster from the pool, with no page faults)."""
+    sequence_ids, offsets, lengths, _ = sampling.sample_pieces(indices, source.sequence_lengths, sample_ids)
+    dtype = np.dtype(source.dtype)
+    out = np.frombuffer(pa.allocate_buffer(int(lengths.sum()) * dtype.itemsize), dtype)
+    source.read_pieces(sequence_ids, offsets, lengths, out=out)
+    return out.reshape(-1, indices.sample_length)
+
+
 def sample_table(source, indices: sampling.SamplingIndices, sample_ids: np.ndarray,
                  document_structure: bool, dtype: str | None = None) -> pa.Table:
     """The rows for ``sample_ids`` (positions in the training order) as one Arrow table."""
-    tokens = cast_tokens(sampling.assemble_samples(source, indices, sample_ids), dtype)
+    tokens = cast_tokens(pooled_samples(source, indices, sample_ids), dtype)
     columns = {"input_ids": fixed_size_lists(tokens, indices.sample_length)}
     if document_structure:
         columns.update(structure_columns(*sampling.document_structure(indices, source.sequence_lengths, sample_ids),
@@ -421,8 +462,15 @@ class GPTSamplesBuilder(BaseBuilder):
         return generators
 
     def _table_maker(self, plan: GPTPlan):
-        source, indices = _opened(type(self).open_source, plan, open)
-        return functools.partial(sample_table_for, source, indices, plan)
+        return _read_ahead(type(self).open_source, plan, self.config.num_shards or DEFAULT_NUM_SHARDS, open)
+
+
+@functools.lru_cache(maxsize=8)
+def _read_ahead(open_source, plan: GPTPlan, num_shards: int, opener) -> ShardReadAhead:
+    """The table maker of a split, kept per process: its read-ahead serves later calls."""
+    source, indices = _opened(open_source, plan, opener)
+    return ShardReadAhead(functools.partial(sample_table_for, source, indices, plan),
+                          shard_ranges(indices.num_samples, num_shards), ROWS_PER_TABLE)
 
 
 def sample_table_for(source, indices, plan: GPTPlan, rows: np.ndarray) -> pa.Table:

@@ -1,0 +1,105 @@
+"""Gathers that span shards (hf/readahead.py, common.joined_batches): however the shards are
+asked for, every table holds exactly the rows asked for, and datasets still counts each shard."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import datasets
+from datasets import load_dataset
+
+from mmidx_builder import sampling
+from mmidx_builder.format import IndexedFile
+from mmidx_builder.hf.common import joined_batches, shard_ranges
+from mmidx_builder.hf.readahead import ShardReadAhead
+
+
+class CountingMaker:
+    """make(rows) -> a table of the rows themselves; remembers every call."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, rows):
+        self.calls.append(np.array(rows))
+        return pa.table({"row": pa.array(np.asarray(rows, np.int64))})
+
+
+def served(read_ahead, layout, order):
+    return [read_ahead(np.arange(*layout[shard])).column("row").to_numpy().tolist() for shard in order]
+
+
+def test_in_order_and_strided_walks_gather_several_shards_at_once():
+    layout = shard_ranges(1000, 96)  # shards of 10 and 11 rows
+    for stride, first in ((1, 0), (3, 1), (8, 7)):
+        make = CountingMaker()
+        read_ahead = ShardReadAhead(make, layout, limit=100)
+        order = list(range(first, len(layout), stride))
+        assert served(read_ahead, layout, order) == [list(range(*layout[s])) for s in order]
+        # Two single gathers to see the stride, then about one gather per 100 rows.
+        assert len(make.calls) <= 2 + -(-sum(layout[s][1] - layout[s][0] for s in order) // 90)
+        assert all(len(rows) <= 100 for rows in make.calls)
+
+
+def test_a_new_pass_a_jump_and_foreign_rows_are_served_exactly():
+    layout = shard_ranges(300, 30)
+    make = CountingMaker()
+    read_ahead = ShardReadAhead(make, layout, limit=50)
+    order = [0, 1, 2, 3, 0, 1, 2, 29, 5, 6, 7, 8]
+    assert served(read_ahead, layout, order) == [list(range(*layout[s])) for s in order]
+    # Rows that are not one shard of the layout go straight to make.
+    for rows in (np.arange(3, 7), np.array([0, 0, 2]), np.array([12, 11, 10, 13, 14, 15, 16, 17, 18, 19]),
+                 np.arange(0, 0)):
+        assert read_ahead(rows).column("row").to_numpy().tolist() == rows.tolist()
+        np.testing.assert_array_equal(make.calls[-1], rows)
+
+
+@settings(max_examples=60, deadline=None)
+@given(num_rows=st.integers(1, 400), num_shards=st.integers(1, 60), limit=st.integers(1, 120),
+       order=st.lists(st.integers(0, 10**6), max_size=80))
+def test_any_order_of_shards_gets_exactly_its_rows(num_rows, num_shards, limit, order):
+    layout = shard_ranges(num_rows, num_shards)
+    order = [i % len(layout) for i in order] + list(range(len(layout)))
+    make = CountingMaker()
+    read_ahead = ShardReadAhead(make, layout, limit=limit)
+    assert served(read_ahead, layout, order) == [list(range(*layout[s])) for s in order]
+
+
+def test_joined_batches_keep_keys_counts_and_order():
+    batches = [(f"k{i}", np.arange(10 * i, 10 * i + n)) for i, n in enumerate([3, 4, 2, 9, 1, 12, 5])]
+    joined = joined_batches(batches, limit=9)
+    assert [[key for key, _ in keys] for keys, _ in joined] == [["k0", "k1", "k2"], ["k3"], ["k4"], ["k5"], ["k6"]]
+    for keys, rows in joined:
+        assert [count for _, count in keys] == [len(dict(batches)[key]) for key, _ in keys]
+        np.testing.assert_array_equal(rows, np.concatenate([dict(batches)[key] for key, _ in keys]))
+    assert joined_batches([], limit=9) == []
+
+
+@pytest.fixture(scope="module")
+def small_shards(tmp_path_factory, random_documents, awkward_lengths, write_corpus):
+    """A pair whose default 960 shards are a few rows each: read-ahead and joined gathers on."""
+    root = tmp_path_factory.mktemp("small-shards")
+    rng = np.random.default_rng(3)
+    written = write_corpus(root, {"train": random_documents(rng, awkward_lengths(rng, 700, 8), vocab=500)})
+    source = IndexedFile.open(written["train"])
+    indices = sampling.build_indices(source.sequence_lengths, seq_length=8, seed=5)
+    return root, sampling.assemble_samples(source, indices, np.arange(indices.num_samples))
+
+
+def test_stream_and_cache_of_small_shards_equal_the_samples(small_shards, tmp_path, monkeypatch):
+    root, expected = small_shards
+    kwargs = dict(seq_length=8, seed=5, cache_dir=str(tmp_path / "cache"), split="train")
+    stream = load_dataset(str(root), streaming=True, **kwargs)
+    assert stream.num_shards == 960 < len(expected)  # shards of one and two rows
+    got = np.concatenate([t.column("input_ids").combine_chunks().flatten().to_numpy().reshape(len(t), -1)
+                          for t in stream.with_format("arrow").iter(97)])
+    np.testing.assert_array_equal(got, expected)
+    monkeypatch.setattr(datasets.config, "SAVE_ORIGINAL_SHARD_LENGTHS", True)
+    prepared = load_dataset(str(root), **kwargs)
+    np.testing.assert_array_equal(prepared.with_format("numpy")[:]["input_ids"], expected)
+    # datasets still counts every shard's own rows, though several shards share one gather.
+    assert prepared.info.splits["train"].original_shard_lengths == [b - a for a, b in shard_ranges(len(expected), 960)]
