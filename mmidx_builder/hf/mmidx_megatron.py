@@ -30,8 +30,9 @@ from ..megatron.blend import DEFAULT_SURPLUS, SplitPlan, all_prefixes, megatron_
 from ..megatron.splits import build_split, split_samples
 from ..pair_downloads import download_pairs
 from ..source import Concatenated
-from .common import (INDEX_CACHE_FOLDER, BaseBuilder, BaseConfig, check_integer, fixed_size_lists, ranged,
-                     sample_features, structure_columns)
+from .common import (DEFAULT_NUM_SHARDS, INDEX_CACHE_FOLDER, ROWS_PER_TABLE, BaseBuilder, BaseConfig, check_integer,
+                     fixed_size_lists, ranged, sample_features, shard_ranges, structure_columns)
+from .readahead import ShardReadAhead
 from .registry import cache_root
 
 # The settings that say "this is a Megatron run": any of them picks this builder.
@@ -210,4 +211,13 @@ class MMIdxMegatron(BaseBuilder):
         return generators
 
     def _table_maker(self, split: MegatronSplit):
-        return functools.partial(megatron_table, _built(split, open), split)
+        return _read_ahead(split, self.config.num_shards or DEFAULT_NUM_SHARDS, open)
+
+
+@functools.lru_cache(maxsize=8)
+def _read_ahead(split: MegatronSplit, num_shards: int, opener) -> ShardReadAhead:
+    """The split's table maker, kept per process: a stream asking shard by shard is served
+    several shards per gather (readahead.py)."""
+    built = _built(split, opener)
+    return ShardReadAhead(functools.partial(megatron_table, built, split), shard_ranges(built.rows, num_shards),
+                          ROWS_PER_TABLE)
