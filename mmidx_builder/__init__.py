@@ -40,6 +40,7 @@ _LAZY = {
     "ParameterError": "errors",
     "TokenSource": "source",
     "write_documents": "format",
+    "numpy_batches": "hf.numpy_batches",
     # The training helpers use torch (an optional extra) when called.
     "MegatronCollator": "training",
     "megatron_rank_stream": "training",
