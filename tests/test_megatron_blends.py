@@ -185,3 +185,27 @@ def test_a_split_without_sequences_is_refused_at_once_not_a_hang(tmp_path):
 def test_weights_without_a_size_are_refused_as_megatron_core_does():
     with pytest.raises(ParameterError, match="requires client-specified size"):
         mblend.megatron_plan(data_path=["1", "A", "2", "B"], split_ratios="1", num_samples=None)
+
+
+@pytest.mark.megatron
+def test_blending_indices_equal_helpers_cpp(megatron):
+    """BlendedDataset's indices straight against megatron-core's C++: weighted (ties, tiny and
+    equal weights, sizes around the vectorised path's chunking) and exhaustive."""
+    from mmidx_builder.megatron import blending
+
+    rng = np.random.default_rng(5)
+    for case in range(150):
+        n = int(rng.integers(1, 12))
+        kind = case % 4
+        w = (rng.random(n), rng.random(n) ** 4 + 1e-6, np.ones(n), rng.integers(1, 5, n).astype(float))[kind]
+        w = np.array((w / w.sum()).tolist())
+        size = int(rng.choice([0, 1, 2, 5, 100, 2047, 2049, 50_000, 300_001]))
+        index, sample = np.zeros(size, np.int16), np.zeros(size, np.int64)
+        megatron.helpers.build_blending_indices(index, sample, w.tolist(), n, size, False)
+        ours = blending.build_blending_indices(w, size)
+        assert np.array_equal(ours.dataset_index, index) and np.array_equal(ours.dataset_sample_index, sample), case
+        sizes = rng.integers(1, int(rng.choice([3, 50, 5000, 60_000])), n).astype(np.int64)
+        index, sample = np.zeros(int(sizes.sum()), np.int16), np.zeros(int(sizes.sum()), np.int64)
+        megatron.helpers.build_exhaustive_blending_indices(index, sample, sizes, n)
+        ours = blending.build_exhaustive_blending_indices(sizes)
+        assert np.array_equal(ours.dataset_index, index) and np.array_equal(ours.dataset_sample_index, sample), case
