@@ -40,7 +40,8 @@ CHILD = textwrap.dedent("""
     else:
         from mmidx_builder.megatron import blending
         start = time.perf_counter()
-        index, sample = blending.build_blending_indices(weights, size)
+        result = blending.build_blending_indices(weights, size)
+        index, sample = result.dataset_index, result.dataset_sample_index
     seconds = time.perf_counter() - start
     digest = hashlib.sha256(np.ascontiguousarray(index).data)
     digest.update(np.ascontiguousarray(sample).data)
