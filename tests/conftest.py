@@ -106,3 +106,23 @@ def torch():
             pytest.fail(f"torch is required here but does not import: {error}")
         pytest.skip(f"torch not installed ({error})")
     return module
+
+
+def require_oracle_module(module: str, install: str = "scripts/install_oracle_extras.sh"):
+    """Imports an oracle's ``module``: skip where it is missing, fail under
+    MMIDX_REQUIRE_ORACLE=1 (CI installs every oracle)."""
+    try:
+        return __import__(module, fromlist=["_"])
+    except ImportError as error:
+        if os.environ.get("MMIDX_REQUIRE_ORACLE") == "1":
+            pytest.fail(f"{module} is required here ({install}) but does not import: {error}")
+        pytest.skip(f"{module} not installed ({error})")
+
+
+class MegatronTokenizer:
+    """What megatron-core's GPTDataset asks of a tokenizer (an EOD id, a pad id, an identity)."""
+
+    eod = 0
+    pad = -1
+    vocab_size = None
+    unique_identifiers = {"class": "MegatronTokenizer"}

@@ -20,6 +20,8 @@ import shutil
 import numpy as np
 import pytest
 
+from conftest import require_oracle_module
+
 from mmidx_builder.convert import convert
 from mmidx_builder.errors import ConvertError
 
@@ -48,20 +50,10 @@ def make_documents(seed: int, count: int) -> list[str]:
 DOCUMENTS = make_documents(0, 41)
 
 
-def oracle_required(module: str):
-    """Imports ``module`` for the oracle: skip where it is missing, fail in CI."""
-    try:
-        return __import__(module, fromlist=["_"])
-    except ImportError as error:
-        if os.environ.get("MMIDX_REQUIRE_ORACLE") == "1":
-            pytest.fail(f"{module} is required here (scripts/install_oracle_extras.sh) but does not import: {error}")
-        pytest.skip(f"{module} not installed ({error})")
-
-
 @pytest.fixture(scope="module")
 def megatron_tokenizers(megatron):
-    oracle_required("transformers")
-    return oracle_required("megatron.core.tokenizers")
+    require_oracle_module("transformers")
+    return require_oracle_module("megatron.core.tokenizers")
 
 
 # --- tokenizer files -------------------------------------------------------------------
@@ -281,7 +273,7 @@ def test_sentencepiece_ids_and_bytes_equal_megatron(megatron, megatron_tokenizer
 def punkt_data(tmp_path, monkeypatch):
     """An 'english' Punkt model trained here by nltk's own trainer, installed where nltk.load
     finds it, so that the oracle can call nltk exactly as preprocess_data.py does."""
-    nltk_punkt = oracle_required("nltk.tokenize.punkt")
+    nltk_punkt = require_oracle_module("nltk.tokenize.punkt")
     import nltk.data
 
     trainer = nltk_punkt.PunktTrainer()

@@ -6,21 +6,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from conftest import MegatronTokenizer
+
 from mmidx_builder.errors import ParameterError
 from mmidx_builder.format import IndexedFile, write_documents
 from mmidx_builder.megatron import blend as mblend
 from mmidx_builder.megatron.splits import build_split, split_samples
 
 SPLITS = ("train", "validation", "test")
-
-
-class TinyTokenizer:
-    """What GPTDataset asks of a tokenizer."""
-
-    eod = 0
-    vocab_size = None
-    pad = -1
-    unique_identifiers = {"class": "TinyTokenizer"}
 
 
 def _write_prefixes(folder, rng, count):
@@ -41,7 +34,7 @@ def _theirs(megatron_builder, megatron_config, prefixes, weights, split, per_spl
     def blend_of(ps, ws):
         return (list(ps), None if ws is None else list(ws))
 
-    kwargs = dict(random_seed=seed, sequence_length=seq_length, tokenizer=TinyTokenizer(), path_to_cache=str(cache),
+    kwargs = dict(random_seed=seed, sequence_length=seq_length, tokenizer=MegatronTokenizer(), path_to_cache=str(cache),
                   add_extra_token_to_sequence=extra, reset_position_ids=False, reset_attention_mask=False,
                   eod_mask_loss=False, mid_level_dataset_surplus=surplus)
     if per_split is None:

