@@ -14,7 +14,7 @@ settings and the files, and returns that kind's builder:
 Each kind has its own config class and validates only its own fields; a setting that the
 chosen kind does not take raises :class:`ParameterError` naming the kinds that do. A new
 source kind is one module (a config and a builder with ``claims()``) plus one line in
-:data:`KINDS` (and its module name in registry.BUILDER_MODULES, so it loads by name too).
+:data:`registry.KIND_MODULES` (the order of preference; the kind then also loads by its name).
 
 Why a front door rather than one builder with a mode switch: ``datasets`` finds one builder
 per registered name and builds its config from the call's keywords (and from a card's
@@ -26,23 +26,26 @@ the kind's own builder, which ``datasets`` then uses as if it had been named dir
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import os
 
 import datasets
 
 from .._io import is_remote
 from ..errors import ParameterError
-from .registry import FRONT_DOOR, with_card_config
-from .mmidx_fairseq import MMIdxFairseq
-from .mmidx_indexed import MMIdxIndexed
-from .mmidx_megatron import MMIdxMegatron
-from .mmidx_raw import MMIdxRaw
-from .mmidx_raw_chunks import MMIdxRawChunks
+from .registry import FRONT_DOOR, KIND_MODULES, with_card_config
 
 logger = datasets.utils.logging.get_logger(__name__)
 
-# The first kind whose claims() is true is used.
-KINDS = (MMIdxMegatron, MMIdxRawChunks, MMIdxRaw, MMIdxFairseq, MMIdxIndexed)
+def _kind_builder(module_name: str):
+    """The builder a kind module defines (the class there with ``claims``)."""
+    module = importlib.import_module(f"{__package__}.{module_name}")
+    return next(obj for obj in vars(module).values()
+                if isinstance(obj, type) and obj.__module__ == module.__name__ and hasattr(obj, "claims"))
+
+
+# The kinds, in registry.KIND_MODULES' order: the first whose claims() is true is used.
+KINDS = tuple(_kind_builder(name) for name in KIND_MODULES)
 
 _BASE_FIELDS = {f.name for f in dataclasses.fields(datasets.BuilderConfig)}
 

@@ -38,8 +38,11 @@ import os
 import sys
 
 FRONT_DOOR = "mmidx"
-# Module names under mmidx_builder.hf; each module's file name is its builder's name.
-BUILDER_MODULES = ("mmidx", "mmidx_indexed", "mmidx_raw", "mmidx_raw_chunks", "mmidx_fairseq", "mmidx_megatron")
+# The source kinds: one module each under mmidx_builder.hf (its file name is its builder's name),
+# in the front door's order of preference (the first whose builder claims a call is used).
+# A new kind is its module plus one line here.
+KIND_MODULES = ("mmidx_megatron", "mmidx_raw_chunks", "mmidx_raw", "mmidx_fairseq", "mmidx_indexed")
+BUILDER_MODULES = (FRONT_DOOR, *KIND_MODULES)
 EXTENSIONS = [".bin"]
 
 
@@ -188,4 +191,4 @@ def with_card_config(builder_cls, config, dataset_name: str):
                                    dataset_name=dataset_name)
 
 
-__all__ = ["BUILDER_MODULES", "FRONT_DOOR", "install", "package_source_hash", "register"]
+__all__ = ["BUILDER_MODULES", "FRONT_DOOR", "KIND_MODULES", "install", "package_source_hash", "register"]
