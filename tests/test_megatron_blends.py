@@ -180,25 +180,13 @@ def test_weights_without_a_size_are_refused_as_megatron_core_does():
         mblend.megatron_plan(data_path=["1", "A", "2", "B"], split_ratios="1", num_samples=None)
 
 
-@pytest.mark.megatron
-def test_blending_indices_equal_helpers_cpp(megatron):
-    """BlendedDataset's indices straight against megatron-core's C++: weighted (ties, tiny and
-    equal weights, sizes around the vectorised path's chunking) and exhaustive."""
-    from mmidx_builder.megatron import blending
-
-    rng = np.random.default_rng(5)
-    for case in range(150):
-        n = int(rng.integers(1, 12))
-        kind = case % 4
-        w = (rng.random(n), rng.random(n) ** 4 + 1e-6, np.ones(n), rng.integers(1, 5, n).astype(float))[kind]
-        w = np.array((w / w.sum()).tolist())
-        size = int(rng.choice([0, 1, 2, 5, 100, 2047, 2049, 50_000, 300_001]))
-        index, sample = np.zeros(size, np.int16), np.zeros(size, np.int64)
-        megatron.helpers.build_blending_indices(index, sample, w.tolist(), n, size, False)
-        ours = blending.build_blending_indices(w, size)
-        assert np.array_equal(ours.dataset_index, index) and np.array_equal(ours.dataset_sample_index, sample), case
-        sizes = rng.integers(1, int(rng.choice([3, 50, 5000, 60_000])), n).astype(np.int64)
-        index, sample = np.zeros(int(sizes.sum()), np.int16), np.zeros(int(sizes.sum()), np.int64)
-        megatron.helpers.build_exhaustive_blending_indices(index, sample, sizes, n)
-        ours = blending.build_exhaustive_blending_indices(sizes)
-        assert np.array_equal(ours.dataset_index, index) and np.array_equal(ours.dataset_sample_index, sample), case
+def test_a_blend_of_uint16_and_int32_files_keeps_every_token_id(tmp_path):
+    """Rows take a dtype that holds every file's ids (ids past 65535 in one file, uint16 in the other)."""
+    small = write_documents(tmp_path / "small", [[1, 2, 3, 4, 5]] * 50, dtype=np.uint16)
+    large = write_documents(tmp_path / "large", [[70_000, 70_001, 70_002]] * 50, dtype=np.int32)
+    plans = mblend.megatron_plan(data_path=["0.5", small, "0.5", large], split_ratios="1", num_samples={"train": 40})
+    built = build_split(plans["train"], {p: IndexedFile.open(p) for p in (small, large)}, seq_length=4, seed=1)
+    tokens, dataset_id, _ = split_samples(built, np.arange(40))
+    assert tokens.dtype == np.int32 and set(dataset_id.tolist()) == {0, 1}
+    assert set(np.unique(tokens[dataset_id == 1]).tolist()) == {70_000, 70_001, 70_002}
+    assert set(np.unique(tokens[dataset_id == 0]).tolist()) == {1, 2, 3, 4, 5}

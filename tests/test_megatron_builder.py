@@ -226,3 +226,13 @@ def test_the_cli_prints_each_split_of_a_megatron_command_line(folder, capsys):
     assert main(["samples", "--megatron-args", command, "--split-name", "test"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("test: 8 samples") and "validation" not in out
+
+
+def test_a_blend_of_uint16_and_int32_files_loads_every_token_id(tmp_path):
+    small = write_documents(tmp_path / "small", [[1, 2, 3, 4, 5]] * 50, dtype=np.uint16)
+    large = write_documents(tmp_path / "large", [[70_000, 70_001, 70_002]] * 50, dtype=np.int32)
+    dd = load_dataset("mmidx", data_path=["0.5", small, "0.5", large], split_ratios="1", num_samples={"train": 40},
+                      seq_length=4, seed=1, cache_dir=str(tmp_path / "hf"))
+    rows = dd["train"].with_format("numpy")[:]
+    ids = np.asarray(rows["input_ids"])
+    assert set(np.unique(ids[rows["dataset_id"] == 1]).tolist()) == {70_000, 70_001, 70_002}

@@ -194,7 +194,7 @@ class MMIdxMegatron(BaseBuilder):
                                   document_structure=config.document_structure, dtype=config.dtype,
                                   with_dataset_id=with_dataset_id)
             built = _built(split, open)
-            dtype = np.dtype(config.dtype) if config.dtype else built.sources[0].dtype
+            dtype = np.dtype(config.dtype) if config.dtype else built.dtype
             split_features = sample_features(dtype, built.sample_length, config.document_structure)
             if with_dataset_id:
                 split_features["dataset_id"] = datasets.Value("int16")

@@ -36,6 +36,11 @@ class BuiltSplit:
     def sample_length(self) -> int:
         return self.indices[0].sample_length
 
+    @property
+    def dtype(self) -> np.dtype:
+        """A token dtype holding every part's ids: a blend may mix a uint16 file with an int32 one."""
+        return np.result_type(*(source.dtype for source in self.sources))
+
 
 def _part_source(plan: SplitPlan, part, source: TokenSource, prefix_label: str) -> SequenceRange:
     num_sequences = len(source.sequence_lengths)
@@ -95,7 +100,7 @@ def build_split(plan: SplitPlan, sources: dict[str, TokenSource], *, seq_length:
 
 def split_samples(built: BuiltSplit, positions, document_structure: bool = False):
     """Tokens of training positions ``positions`` of the split: ``(tokens, dataset_ids,
-    structure)`` where ``tokens`` is ``(len(positions), sample_length)`` in the files' dtype,
+    structure)`` where ``tokens`` is ``(len(positions), sample_length)`` in ``built.dtype``,
     ``dataset_ids`` int16 (the prefix's index in its blend; 0 without a blend) and
     ``structure`` (position_ids, piece_lengths) when asked for, else None."""
     positions = np.asarray(positions, np.int64)
@@ -107,8 +112,7 @@ def split_samples(built: BuiltSplit, positions, document_structure: bool = False
     else:
         datasets = np.asarray(built.blending.dataset_index[positions], np.int64)
         samples = np.asarray(built.blending.dataset_sample_index[positions], np.int64)
-    dtype = built.sources[0].dtype
-    tokens = np.empty((len(positions), built.sample_length), dtype)
+    tokens = np.empty((len(positions), built.sample_length), built.dtype)
     position_ids = np.empty((len(positions), built.sample_length), np.int32) if document_structure else None
     piece_lengths: list = [None] * len(positions) if document_structure else None
     for d in np.unique(datasets).tolist():
