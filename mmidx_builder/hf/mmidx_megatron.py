@@ -137,17 +137,6 @@ def _built(split: MegatronSplit, opener):
                        add_extra_token=split.add_extra_token, cache_dir=split.index_cache_dir)
 
 
-def megatron_table(built, split: MegatronSplit, rows: np.ndarray) -> pa.Table:
-    tokens, dataset_ids, structure = split_samples(built, rows, split.document_structure)
-    length = built.sample_length
-    columns = {"input_ids": fixed_size_lists(cast_tokens(tokens, split.dtype), length)}
-    if split.with_dataset_id:
-        columns["dataset_id"] = pa.array(dataset_ids)
-    if structure is not None:
-        columns.update(structure_columns(*structure, length))
-    return pa.table(columns)
-
-
 class MMIdxMegatron(BaseBuilder):
     """Megatron's train / validation / test streams for a blend and split (or per-split blends)."""
 
@@ -221,3 +210,14 @@ def _read_ahead(split: MegatronSplit, num_shards: int, opener) -> ShardReadAhead
     built = _built(split, opener)
     return ShardReadAhead(functools.partial(megatron_table, built, split), shard_ranges(built.rows, num_shards),
                           ROWS_PER_TABLE)
+
+
+def megatron_table(built, split: MegatronSplit, rows: np.ndarray) -> pa.Table:
+    tokens, dataset_ids, structure = split_samples(built, rows, split.document_structure)
+    length = built.sample_length
+    columns = {"input_ids": fixed_size_lists(cast_tokens(tokens, split.dtype), length)}
+    if split.with_dataset_id:
+        columns["dataset_id"] = pa.array(dataset_ids)
+    if structure is not None:
+        columns.update(structure_columns(*structure, length))
+    return pa.table(columns)
