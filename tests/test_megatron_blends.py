@@ -22,8 +22,10 @@ def _write_prefixes(folder, rng, count):
         n = int(rng.integers(40, 400))
         lengths = rng.integers(0, 60, n)
         lengths[rng.random(n) < 0.1] = 0
+        # Every other file int32 with ids past 65535: blends mix dtypes.
+        high, dtype = (60_000, np.uint16) if k % 2 == 0 else (100_000, np.int32)
         prefixes.append(write_documents(folder / f"p{k}_text_document",
-                                        [rng.integers(1, 60_000, m) for m in lengths], dtype=np.uint16))
+                                        [rng.integers(1, high, m) for m in lengths], dtype=dtype))
     return prefixes
 
 
