@@ -130,7 +130,9 @@ def test_megatron_args_give_megatrons_sizes_and_streams(folder, tmp_path):
     dict(train_iters=1000, global_batch_size=8, eval_iters=5, eval_interval=100, start_eval_at_iter=250),
 ])
 def test_sizes_follow_megatron_lms_get_train_valid_test_num_samples(args):
-    flags = " ".join(f"--{k.replace('_', '-')}" + ("" if v is True else f" {v}") for k, v in args.items())
+    # Megatron-LM's validate_args derives train_iters from train_samples; the command line gives one.
+    given = {k: v for k, v in args.items() if not (k == "train_iters" and "train_samples" in args)}
+    flags = " ".join(f"--{k.replace('_', '-')}" + ("" if v is True else f" {v}") for k, v in given.items())
     ours = settings_from_megatron_args(f"--data-path A --seq-length 8 {flags}")["num_samples"]
     assert ours == dict(zip(SPLITS, megatron_num_samples(**args)))
 
@@ -147,14 +149,14 @@ def test_data_args_files_read_as_megatron_lm_reads_them(tmp_path):
     args = dict(data_path=None, train_data_path=None, valid_data_path=None, test_data_path=None,
                 data_args_path=str(tmp_path / "blend.txt"), per_split_data_args_path=None)
     blend, _ = function(types.SimpleNamespace(**args))
-    ours = settings_from_megatron_args(f"--data-args-path {tmp_path / 'blend.txt'} --seq-length 8 --train-samples 5 "
-                                       "--global-batch-size 1 --train-iters 5")
+    ours = settings_from_megatron_args(f"--data-args-path {tmp_path / 'blend.txt'} --split 1 --seq-length 8 "
+                                       "--global-batch-size 1 --train-iters 5 --eval-interval 5")
     assert ours["data_path"] == ["0.3", "/d/a_text_document", "0.7", "/d/b_text_document"]
     assert get_blend_from_list(ours["data_path"]) == blend
     args.update(data_args_path=None, per_split_data_args_path=str(tmp_path / "per_split.json"))
     _, per_split = function(types.SimpleNamespace(**args))
     ours = settings_from_megatron_args(f"--per-split-data-args-path {tmp_path / 'per_split.json'} --seq-length 8 "
-                                       "--train-samples 5 --global-batch-size 1 --train-iters 5")
+                                       "--global-batch-size 1 --train-iters 5 --eval-interval 5")
     assert [get_blend_from_list(ours[f"{s}_data_path"].split() if isinstance(ours[f"{s}_data_path"], str)
                                 else ours[f"{s}_data_path"]) for s in ("train", "valid", "test")] == per_split
 
@@ -236,3 +238,15 @@ def test_a_blend_of_uint16_and_int32_files_loads_every_token_id(tmp_path):
     rows = dd["train"].with_format("numpy")[:]
     ids = np.asarray(rows["input_ids"])
     assert set(np.unique(ids[rows["dataset_id"] == 1]).tolist()) == {70_000, 70_001, 70_002}
+
+
+@pytest.mark.parametrize("command, message", [
+    ("--data-path A --seq-length 8 --train-iters 10 --global-batch-size 8", "--eval-interval"),
+    ("--data-path A --seq-length 8 --train-samples 80 --train-iters 10 --global-batch-size 8 --eval-interval 5",
+     "not both"),
+    ("--data-args-path blend.txt --seq-length 8 --train-iters 10 --global-batch-size 8 --eval-interval 5",
+     "needs --split"),
+])
+def test_megatron_args_refused_where_megatron_lm_refuses(command, message):
+    with pytest.raises(ParameterError, match=message):
+        settings_from_megatron_args(command)

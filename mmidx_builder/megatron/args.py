@@ -9,7 +9,7 @@ get_blend_and_blend_per_split``, ``pretrain_gpt.py``):
     --train/valid/test-data-path, --per-split-data-args-path (JSON) train/valid/test_data_path
     --seq-length, --seed (default 1234), --mid-level-dataset-surplus
     --train-samples, or --train-iters x --global-batch-size        num_samples["train"]
-    --eval-iters (100), --eval-interval (1000), --full-validation,  num_samples["validation"],
+    --eval-iters (100), --eval-interval (required), --full-validation,  num_samples["validation"],
     --skip-train, --eval-global-batch-size                         num_samples["test"]
 
 The collator's flags (--reset-position-ids, --reset-attention-mask, --eod-mask-loss,
@@ -86,7 +86,11 @@ def _eval_samples(args, global_batch_size: int) -> int | None:
     eval_batch = args.eval_global_batch_size or global_batch_size
     if args.skip_train:
         return eval_iters * eval_batch
-    interval = 1000 if args.eval_interval is None else args.eval_interval
+    if args.eval_interval is None:
+        # Megatron-LM (since core_v0.16) has no default here and fails on train_iters // None.
+        raise ParameterError("megatron_args: --eval-interval is needed to count evaluation points "
+                             "(or pass --full-validation or --skip-train)")
+    interval = args.eval_interval
     points = args.train_iters // interval + 1
     if args.start_eval_at_iter is not None:
         points = max(0, points - args.start_eval_at_iter // interval)
@@ -117,6 +121,11 @@ def settings_from_megatron_args(command_line: str | list[str], opener=open) -> d
         raise ParameterError("megatron_args: give --data-path or --data-args-path, not both")
     data_path = args.data_path
     if args.data_args_path is not None:
+        if args.split is None:
+            # Megatron-LM applies its legacy default split only with --data-path; megatron-core
+            # then asserts that a blend has a split.
+            raise ParameterError("megatron_args: --data-args-path needs --split (Megatron applies the default "
+                                 "\"969, 30, 1\" only with --data-path)")
         data_path = _read_tokens(args.data_args_path, "--data-args-path", opener)
     per_split = {"train_data_path": args.train_data_path, "valid_data_path": args.valid_data_path,
                  "test_data_path": args.test_data_path}
@@ -127,7 +136,9 @@ def settings_from_megatron_args(command_line: str | list[str], opener=open) -> d
         except (OSError, ValueError) as error:
             raise ParameterError(f"--per-split-data-args-path {args.per_split_data_args_path}: {error}") from None
         per_split = {f"{name}_data_path": loaded.get(name) for name in ("train", "valid", "test")}
-    if args.train_samples is not None:
+    if args.train_samples and args.train_iters is not None:
+        raise ParameterError("megatron_args: give --train-samples or --train-iters, not both (Megatron-LM refuses both)")
+    if args.train_samples:  # Megatron tests it for truth: 0 falls back to iterations
         train = args.train_samples
         if args.train_iters is None and args.global_batch_size:
             args.train_iters = args.train_samples // args.global_batch_size  # as validate_args does
