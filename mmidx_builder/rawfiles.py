@@ -89,11 +89,6 @@ def token_dtype(n_bytes: int) -> np.dtype:
     return raw_token_dtype(eof_id(n_bytes))
 
 
-def tokens_in(size_in_bytes: int, n_bytes: int) -> int:
-    """Tokens in a file of ``size_in_bytes`` bytes (a partial last token counts)."""
-    return -(-int(size_in_bytes) // n_bytes)
-
-
 def _combine_planes(planes: np.ndarray, out: np.ndarray) -> None:
     """(tokens, 3) little-endian byte planes into ``out``: there is no 3-byte dtype."""
     np.copyto(out, planes[:, 0], casting="unsafe")

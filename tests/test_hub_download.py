@@ -290,24 +290,24 @@ def test_a_missing_revision_is_named(local_hub, published, cache):
 
 # --- repos that are not what they should be ------------------------------------------------
 
+def refused_both_ways(repo: str, error, match: str, cache) -> None:
+    """Loading ``repo`` prepared and streamed both raise ``error`` matching ``match``, in time."""
+    for streaming in (False, True):
+        with pytest.raises(error, match=match) as caught:
+            within(DEADLINE, lambda: list(load_dataset(repo, split="train", streaming=streaming, cache_dir=cache)))
+        print(f"\nstreaming={streaming}: {type(caught.value).__name__}: {caught.value}")
+
+
 def test_a_missing_idx_on_the_hub_is_named(local_hub, published, cache):
     files = {name: data for name, data in local_hub.files("me/tokens").items() if name != "train.idx"}
     local_hub.commit("me/no-idx", files)
-    for streaming in (False, True):
-        with pytest.raises(MMIdxError, match="train.idx") as caught:
-            within(DEADLINE, lambda: list(load_dataset("me/no-idx", split="train", streaming=streaming,
-                                                       cache_dir=cache)))
-        print(f"\nstreaming={streaming}: {type(caught.value).__name__}: {caught.value}")
+    refused_both_ways("me/no-idx", MMIdxError, "train.idx", cache)
 
 
 def test_a_bin_that_is_not_a_token_file_is_named(local_hub, cache):
     local_hub.commit("me/model", {"README.md": b"# weights, not tokens\n",
                                   "pytorch_model.bin": np.random.default_rng(0).bytes(5000)})
-    for streaming in (False, True):
-        with pytest.raises(MMIdxError, match="pytorch_model.idx") as caught:
-            within(DEADLINE, lambda: list(load_dataset("me/model", split="train", streaming=streaming,
-                                                       cache_dir=cache)))
-        print(f"\nstreaming={streaming}: {type(caught.value).__name__}: {caught.value}")
+    refused_both_ways("me/model", MMIdxError, "pytorch_model.idx", cache)
     assert not local_hub.downloads_of("pytorch_model.bin"), "the .idx is looked for before any .bin is fetched"
 
 
@@ -315,11 +315,7 @@ def test_an_idx_that_is_not_an_index_is_named(local_hub, published, cache):
     files = dict(local_hub.files("me/tokens"))
     files["train.idx"] = b"NOT AN INDEX" + files["train.idx"][12:]
     local_hub.commit("me/bad-idx", files)
-    for streaming in (False, True):
-        with pytest.raises(FormatError, match="train.idx") as caught:
-            within(DEADLINE, lambda: list(load_dataset("me/bad-idx", split="train", streaming=streaming,
-                                                       cache_dir=cache)))
-        print(f"\nstreaming={streaming}: {caught.value}")
+    refused_both_ways("me/bad-idx", FormatError, "train.idx", cache)
 
 
 # --- a server that drops or stalls ------------------------------------------------------------
