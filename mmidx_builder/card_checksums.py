@@ -14,8 +14,10 @@ where ``datasets`` runs its own checksum check); does nothing unless checksums a
 from __future__ import annotations
 
 import logging
+import os
 import re
 
+from ._io import is_remote
 from .errors import FormatError
 
 logger = logging.getLogger(__name__)
@@ -47,8 +49,31 @@ def card_sha256(text: str) -> dict[str, str]:
 
 
 def _relative(url: str, base_path: str) -> str | None:
-    base = base_path.rstrip("/") + "/"
-    return url[len(base):] if url.startswith(base) else None
+    """``url``'s name relative to the dataset's folder or repo, or None outside it. Local paths
+    are compared as absolute paths (a relative folder, ``load_dataset("data")``, gets absolute
+    data files), not resolved: symlinked files (a Hub snapshot's) keep the names the card lists."""
+    if is_remote(base_path):
+        base = base_path.rstrip("/") + "/"
+        return url[len(base):] if url.startswith(base) else None
+    if is_remote(url):
+        return None
+    relative = os.path.relpath(os.path.abspath(url), os.path.abspath(base_path))
+    if relative == os.pardir or relative.startswith(os.pardir + os.sep):
+        return None
+    return relative.replace(os.sep, "/")
+
+
+def _card_path(dl_manager, base_path: str) -> str | None:
+    """The card's local path (downloaded from a repo), or None when there is none. A local
+    folder's card is read in place: the download manager joins a relative path to its base
+    path a second time."""
+    if not is_remote(base_path):
+        path = os.path.join(os.path.abspath(base_path), CARD_NAME)
+        return path if os.path.isfile(path) else None
+    try:
+        return dl_manager.download(base_path.rstrip("/") + "/" + CARD_NAME)
+    except FileNotFoundError:
+        return None
 
 
 def verify_against_card(dl_manager, base_path: str | None) -> None:
@@ -60,9 +85,8 @@ def verify_against_card(dl_manager, base_path: str | None) -> None:
     if not downloaded or not base_path:
         return
     card_url = base_path.rstrip("/") + "/" + CARD_NAME
-    try:
-        card_path = dl_manager.download(card_url)
-    except FileNotFoundError:
+    card_path = _card_path(dl_manager, base_path)
+    if card_path is None:
         logger.info(f"no {card_url}: the downloaded files' sha256 are recorded but not checked")
         return
     with open(card_path, encoding="utf-8") as f:

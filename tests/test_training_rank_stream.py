@@ -178,13 +178,19 @@ def test_builder_stream_reads_only_this_ranks_samples(data, torch):
     reader = ranked._rows
     assert type(reader).__name__ == "_BuilderRows"  # the fast path is taken for our builder's streams
     asked = []
-    original = reader.tables
+    split = reader.split  # hf/streams.py's BuilderStream: the rows asked of the builder
 
-    def spy(ranges):
-        asked.extend(ranges)
-        yield from original(ranges)
+    class Spy:
+        num_rows = split.num_rows
 
-    reader.tables = spy
+        def tables(self, range_batches):
+            def seen():
+                for ranges in range_batches:
+                    asked.extend(ranges)
+                    yield ranges
+            return split.tables(seen())
+
+    reader.split = Spy()
     rows = list(ranked)
     requested = [p for a, b in asked for p in range(a, b)]
     assert requested == list(ranked.sample_positions()) == positions_of(rows, data)

@@ -1,17 +1,23 @@
 """What every mmidx builder shares; each source kind's module adds only what is its own.
 
+    Plan / opened_split            one plan type for every kind (the split's files, where they
+                                   are read from, their identity, the kind's settings) and one
+                                   per-process cache of opened splits keyed by it
     BaseConfig / BaseBuilder       every kind: num_shards, validation on every setattr path,
                                    a cache hash that covers this package's source and the data
-                                   files' identity (both files of a pair), checksums on request,
-                                   splits cut into contiguous shard ranges, tables made one
-                                   ahead in a thread, one gather for consecutive small shards
-    GPTConfig / GPTSamplesBuilder  kinds whose rows are Megatron GPTDataset samples over a
-                                   token source (.bin/.idx pairs, raw files): the sampling
-                                   settings, the index cache, the ``input_ids`` tables, read
-                                   ahead across shards when a stream asks shard by shard
+                                   files' identity (both files of a pair), the dataset card's
+                                   sha256 of every file read (all_checks), provenance, splits
+                                   cut into contiguous shard ranges, tables made one ahead in a
+                                   thread, one gather for consecutive small shards
+    SamplesConfig / GPTConfig /    kinds whose rows are token samples over a token source
+    GPTSamplesBuilder              (.bin/.idx pairs, Megatron blends and splits, raw files, raw
+                                   chunks): the sampling settings, the index cache, the
+                                   ``input_ids`` tables, read ahead across shards when a stream
+                                   asks shard by shard, and ahead in background threads for
+                                   remote files (``read_ahead_bytes``)
 
-A kind subclasses one of these and says how a split's files become its source; it never
-branches on another kind. Streaming patches ``open`` in this module too (datasets patches
+A kind subclasses one of these and says how a split's files become a plan (``_plan``) and
+how a plan is opened (``open_plan``); it never branches on another kind. Streaming patches ``open`` in this module too (datasets patches
 the modules of a builder's base classes), so the opener handed to the format layer here
 reads remote files.
 """
@@ -21,8 +27,10 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Iterator
 
 import datasets
 import numpy as np
@@ -35,7 +43,7 @@ from ..dtypes import cast_tokens, integer_dtype
 from ..errors import MissingPartnerError, ParameterError
 from ..format import check_partners, split_prefix
 from . import registry
-from .readahead import ShardReadAhead
+from .readahead import ReadAhead, ShardReadAhead
 from .registry import cache_root, record_checksums
 
 logger = datasets.utils.logging.get_logger(__name__)
@@ -179,6 +187,75 @@ def split_files(config) -> dict[str, list[str]]:
     return {str(split): [str(f) for f in files] for split, files in data_files.items()}
 
 
+@dataclass(frozen=True)
+class Plan:
+    """What a worker needs to make a split's rows, in every kind; small, picklable, hashable.
+
+    ``files`` are the split's files (or Megatron prefixes) as given, the names provenance
+    records; ``read_paths`` are where the kind reads them from (local paths, downloads or
+    URLs), in the kind's own layout; ``identity`` names their contents (file identities);
+    ``settings`` are the kind's settings that decide the rows, as sorted items. Together they
+    key the one in-process cache of opened splits (:func:`opened_split`), so a rewritten file
+    or another setting opens again.
+    """
+
+    split: str
+    files: tuple[str, ...]
+    read_paths: tuple
+    identity: str
+    settings: tuple[tuple[str, object], ...]
+
+    @classmethod
+    def of(cls, split: str, files, read_paths, identity: str, **settings) -> "Plan":
+        return cls(split=split, files=tuple(files), read_paths=tuple(read_paths), identity=identity,
+                   settings=tuple(sorted(settings.items())))
+
+    def __getitem__(self, name: str):
+        return dict(self.settings)[name]
+
+
+class OpenedSplit:
+    """A split's files opened, once per process and plan: its row count, its features and the
+    function from row numbers (an int64 array) to the Arrow table of those rows.
+
+    ``files`` are the opened token files (their ``remote`` attribute says whether reads go
+    over the network); ``source`` is the token source provenance describes (its sequence
+    lengths), when the split has one. Table makers with their read-ahead state are kept here
+    too, one per shard layout and bound."""
+
+    def __init__(self, num_rows: int, features: datasets.Features, table, files=(), source=None):
+        self.num_rows = int(num_rows)
+        self.features = features
+        self.table = table
+        self.files = tuple(files)
+        self.source = source
+        self._makers = {}
+        self._lock = threading.Lock()
+
+    @property
+    def remote(self) -> bool:
+        return any(getattr(f, "remote", False) for f in self.files)
+
+    def maker(self, num_shards: int, read_ahead_bytes: int):
+        """The split's table maker for streams: read ahead in background threads for remote
+        files (readahead.ReadAhead), one gather for several small shards for local ones."""
+        key = (num_shards, read_ahead_bytes)
+        with self._lock:
+            if key not in self._makers:
+                layout = shard_ranges(self.num_rows, num_shards)
+                self._makers[key] = (ReadAhead(self.table, layout, ROWS_PER_TABLE, read_ahead_bytes) if self.remote
+                                     else ShardReadAhead(self.table, layout, ROWS_PER_TABLE))
+            return self._makers[key]
+
+
+@functools.lru_cache(maxsize=8)
+def opened_split(open_plan, plan: Plan, opener) -> OpenedSplit:
+    """``open_plan(plan, opener)``, kept per process: streaming calls the table generator once
+    per shard, and opening the files and validating the indices each time would dominate.
+    Keyed by the plan, which holds the files' identity: a changed file is a new entry."""
+    return open_plan(plan, opener)
+
+
 @dataclass
 class BaseConfig(datasets.BuilderConfig):
     """Settings every kind has.
@@ -203,7 +280,11 @@ class BaseConfig(datasets.BuilderConfig):
 
 
 class BaseBuilder(datasets.ArrowBasedBuilder):
-    """Shared mechanics; a kind implements ``_split_generators`` and ``_make_tables``."""
+    """What every kind shares. A kind says how a split's files become a :class:`Plan`
+    (``_plan``: downloads, nothing opened) and how a plan is opened (``open_plan``); the base
+    does the rest once for all: the cache hash from the files' identity, the dataset card's
+    sha256 of every file read (``verification_mode="all_checks"``), the one cache of opened
+    splits, provenance, features, shards and tables."""
 
     BUILDER_CONFIG_CLASS = BaseConfig
 
@@ -242,6 +323,52 @@ class BaseBuilder(datasets.ArrowBasedBuilder):
                                      "convert them with one tokenizer")
             self.info.features = distinct[0]
 
+    # --- what a kind implements ----------------------------------------------------------
+
+    def _plan(self, split: str, files: list[str], dl_manager) -> Plan:
+        """The split's plan: its files downloaded (or their URLs, streaming), none opened."""
+        raise NotImplementedError
+
+    def _identity(self, files, **options) -> str:
+        """What a plan's files hold (their identities, .idx partners and sidecars included)
+        and which kind reads them with which of its own settings: keys the opened splits and
+        the sampling index cache."""
+        return "|".join([f"{type(self).__name__}{tuple(sorted(options.items()))}"]
+                        + [file_identity(p) for p in identity_paths(files)])
+
+    def _plans(self, dl_manager) -> list[Plan]:
+        return [self._plan(split, files, dl_manager) for split, files in split_files(self.config).items()]
+
+    @staticmethod
+    def open_plan(plan: Plan, opener) -> OpenedSplit:
+        """The plan's files opened through ``opener`` (``open``, which streaming patches)."""
+        raise NotImplementedError
+
+    def _order(self, plan: Plan) -> dict:
+        """The settings provenance records as deciding which row comes where."""
+        return {}
+
+    def _token_facts(self, plan: Plan, dl_manager) -> dict | None:
+        """Tokenizer and EOD id of the split's tokens, for provenance (None: unknown)."""
+        return None
+
+    # --- the same for every kind -----------------------------------------------------------
+
+    def _split_generators(self, dl_manager):
+        plans = self._plans(dl_manager)
+        # all_checks: the card's sha256 of every file downloaded, before any is opened.
+        verify_against_card(dl_manager, self.base_path)
+        generators, features = [], []
+        for plan in plans:
+            opened = opened_split(type(self).open_plan, plan, open)
+            provenance.record_split(self.info, plan.split, kind=self.name, files=plan.files, rows=opened.num_rows,
+                                    settings=self._order(plan), source=opened.source,
+                                    facts=self._token_facts(plan, dl_manager))
+            features.append(opened.features)
+            generators.append(self._split_generator(plan.split, plan, opened.num_rows, f"{len(plan.files)} file(s)"))
+        self._set_features(features)
+        return generators
+
     def _split_generator(self, split: str, plan, num_rows: int, what: str) -> datasets.SplitGenerator:
         ranges = shard_ranges(num_rows, self.config.num_shards or DEFAULT_NUM_SHARDS)
         logger.info(f"{split}: {what}, {num_rows:,} examples in {len(ranges)} shards")
@@ -260,14 +387,13 @@ class BaseBuilder(datasets.ArrowBasedBuilder):
                     yield {"plan": plan, "ranges": [part]}
 
     def _generate_tables(self, plan, ranges: list[tuple[int, int]]):
-        make_table = self._table_maker(plan)
         batches = [(datasets.builder.Key(shard, batch), np.arange(first, min(first + ROWS_PER_TABLE, stop)))
                    for shard, (start, stop) in enumerate(ranges)
                    for batch, first in enumerate(range(start, stop, ROWS_PER_TABLE))]
         # One gather for consecutive tables of up to ROWS_PER_TABLE rows in all, cut back into
         # the (shard, batch) tables datasets counts: 960 shards of a small corpus are a few dozen
         # rows each, and a gather (and a thread hand-off) per shard would cost more than its rows.
-        for group, table in one_ahead(make_table, joined_batches(batches, ROWS_PER_TABLE)):
+        for group, table in self._tables(plan, joined_batches(batches, ROWS_PER_TABLE)):
             if len(group) == 1:
                 yield group[0][0], table
                 continue
@@ -276,15 +402,57 @@ class BaseBuilder(datasets.ArrowBasedBuilder):
                 yield key, table.slice(offset, rows)
                 offset += rows
 
-    def _table_maker(self, plan):
+    def _tables(self, plan: Plan, batches):
+        """``(key, table)`` for each ``(key, rows)`` of ``batches``, in order."""
+        return one_ahead(self._table_maker(plan), batches)
+
+    def _table_maker(self, plan: Plan):
         """A function from row numbers (an int64 array) to the Arrow table of those rows."""
-        raise NotImplementedError
+        return opened_split(type(self).open_plan, plan, open).table
+
+    def row_tables(self, plan: Plan, range_batches) -> Iterator[pa.Table]:
+        """Arrow tables of the rows in each batch of ``(start, stop)`` ranges (positions in the
+        split's order) that ``range_batches`` yields, in order: how a reader that knows which
+        rows it needs reads them (hf/streams.py; one rank's micro-batches)."""
+        for ranges in range_batches:
+            for _, table in self._generate_tables(plan, list(ranges)):
+                yield table
 
 
 # --- GPT samples over a token source ----------------------------------------------------
 
+DEFAULT_SEQ_LENGTH = 2048
+DEFAULT_SEED = 1234
+# Read-ahead of remote files holds at most this many bytes of tables made ahead (as
+# megatron-core's _S3BinReader keeps a 256 MB block).
+DEFAULT_READ_AHEAD_BYTES = 256 * 2**20
+
+
 @dataclass
-class GPTConfig(BaseConfig):
+class SamplesConfig(BaseConfig):
+    """Settings of every kind whose rows are token samples.
+
+    Args:
+        dtype (`str`, optional): store ``input_ids`` as this integer dtype instead of the
+            files' own (e.g. "int64" for frameworks that want it); values must fit.
+        read_ahead_bytes (`int`, defaults to 256 MiB): for files read over the network
+            (streaming from the Hub, HTTP, S3...), the tables of the rows a stream will ask for
+            next are made ahead in background threads, holding at most this many bytes; 0
+            reads only what is asked for. Local files are read when asked (no threads).
+    """
+
+    dtype: str | None = None
+    read_ahead_bytes: int = DEFAULT_READ_AHEAD_BYTES
+
+    def validate(self) -> None:
+        super().validate()
+        check_integer("read_ahead_bytes", self.read_ahead_bytes, 0)
+        if self.dtype is not None:
+            integer_dtype(self.dtype)
+
+
+@dataclass
+class GPTConfig(SamplesConfig):
     """Megatron GPTDataset sampling settings.
 
     Args:
@@ -302,65 +470,42 @@ class GPTConfig(BaseConfig):
             each document inside a sample) and ``piece_lengths`` (for ``cu_seqlens``).
         index_cache_dir (`str`, optional): where the sampling indices are cached; defaults to
             ``<datasets cache>/mmidx_indices``.
-        dtype (`str`, optional): store ``input_ids`` as this integer dtype instead of the
-            files' own (e.g. "int64" for frameworks that want it); values must fit.
+        dtype, read_ahead_bytes: see :class:`SamplesConfig`.
     """
 
-    seq_length: int = 2048
+    # None: not given (2048 and 1234, or what a Megatron command line says; resolved()).
+    seq_length: int | None = None
     num_epochs: int | None = None
     num_samples: int | None = None
-    seed: int = 1234
+    seed: int | None = None
     add_extra_token: bool = True
     document_structure: bool = False
     index_cache_dir: str | None = None
-    dtype: str | None = None
 
     def validate(self) -> None:
         super().validate()
+        self._check_sampling()
+
+    def _check_sampling(self) -> None:
+        settings = self.sampling_kwargs()
         for name in ("seq_length", "num_epochs", "num_samples", "seed"):
-            check_integer(name, getattr(self, name))
-        sampling.check_settings(seq_length=self.seq_length, seed=self.seed, num_epochs=self.num_epochs,
-                                num_samples=self.num_samples)
-        if self.dtype is not None:
-            integer_dtype(self.dtype)
+            check_integer(name, settings[name])
+        sampling.check_settings(**{name: settings[name] for name in ("seq_length", "seed", "num_epochs",
+                                                                      "num_samples")})
+
+    def resolved(self) -> dict:
+        """The settings with their defaults filled in."""
+        return {"seq_length": DEFAULT_SEQ_LENGTH if self.seq_length is None else self.seq_length,
+                "seed": DEFAULT_SEED if self.seed is None else self.seed}
 
     @property
     def sample_length(self) -> int:
-        return self.seq_length + int(self.add_extra_token)
+        return self.resolved()["seq_length"] + int(self.add_extra_token)
 
     def sampling_kwargs(self) -> dict:
-        return dict(seq_length=self.seq_length, seed=self.seed, num_epochs=self.num_epochs,
+        settings = self.resolved()
+        return dict(seq_length=settings["seq_length"], seed=settings["seed"], num_epochs=self.num_epochs,
                     num_samples=self.num_samples, add_extra_token=self.add_extra_token)
-
-
-@dataclass(frozen=True)
-class GPTPlan:
-    """What a worker needs to produce a split's samples; small and picklable.
-
-    ``read_paths`` are where files are read from (local paths, downloads or URLs), in the
-    kind's own layout; ``identity`` names their contents (file identities) and keys the
-    in-process cache of opened sources, so a rewritten file is opened again.
-    """
-
-    split: str
-    read_paths: tuple[str, ...]
-    identity: str
-    sampling: tuple[tuple[str, object], ...]  # sampling_kwargs() as sorted items
-    index_cache_dir: str | None
-    document_structure: bool
-    dtype: str | None
-    options: tuple[tuple[str, object], ...] = ()  # the kind's own settings (e.g. n_bytes), as sorted items
-
-
-@functools.lru_cache(maxsize=8)
-def _opened(open_source, plan: GPTPlan, opener):
-    """One open source and one set of indices per process and split: streaming calls
-    _generate_tables once per shard, and re-validating the index each time would dominate.
-    Keyed by the plan, which holds the files' identity: a changed file is a new entry."""
-    source = open_source(plan, opener)
-    indices = sampling.load_or_build_indices(source.sequence_lengths, cache_dir=plan.index_cache_dir,
-                                             identity=plan.identity, **dict(plan.sampling))
-    return source, indices
 
 
 def pooled_samples(source, indices: sampling.SamplingIndices, sample_ids: np.ndarray) -> np.ndarray:
@@ -394,15 +539,47 @@ def structure_columns(position_ids: np.ndarray, piece_lengths: list, length: int
             "piece_lengths": pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat))}
 
 
+def opened_samples(source, plan: Plan, files=()) -> OpenedSplit:
+    """A kind's token source sampled the Megatron GPTDataset way with the plan's settings
+    (``sampling``, ``index_cache_dir``, ``document_structure``, ``dtype``)."""
+    indices = sampling.load_or_build_indices(source.sequence_lengths, cache_dir=plan["index_cache_dir"],
+                                             identity=plan.identity, **dict(plan["sampling"]))
+    dtype = np.dtype(plan["dtype"]) if plan["dtype"] else source.dtype
+    features = sample_features(dtype, indices.sample_length, plan["document_structure"])
+    table = functools.partial(sample_table_for, source, indices, plan["document_structure"], plan["dtype"])
+    return OpenedSplit(indices.num_samples, features, table, files=files or (source,), source=source)
+
+
+def sample_table_for(source, indices, document_structure: bool, dtype: str | None, rows: np.ndarray) -> pa.Table:
+    return sample_table(source, indices, rows, document_structure, dtype)
+
+
 class GPTSamplesBuilder(BaseBuilder):
-    """Rows are Megatron GPTDataset samples of a split's token source. A kind implements
-    ``_read_paths(split, files, dl_manager)`` and ``open_source(plan, opener)``."""
+    """Rows are token samples of a split's token source (Megatron GPTDataset samples for a
+    :class:`GPTConfig`). A kind implements ``_plan`` and ``open_plan`` (BaseBuilder); this
+    adds the samples' settings to the plan (``_sample_settings``), keeps a card's
+    ``dataset_info`` only while it fits, and makes a stream's tables through the split's
+    table maker: one gather for several small shards, or, for remote files, read ahead in
+    background threads along the rows the stream asks for next, within ``read_ahead_bytes``."""
 
     BUILDER_CONFIG_CLASS = GPTConfig
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._drop_card_info_that_does_not_fit()
+
+    def _card_fits(self, features: datasets.Features) -> bool:
+        """Whether a card's features can be this config's samples."""
+        config = self.config
+        columns = {"input_ids", "position_ids", "piece_lengths"} if config.document_structure else {"input_ids"}
+        ids = features["input_ids"]
+        return (getattr(ids, "length", None) == config.sample_length and set(features) == columns
+                and (config.dtype is None or ids.feature.dtype == config.dtype))
+
+    def _card_counts_apply(self) -> bool:
+        """Whether a card's split sizes can count this config's rows: the card cannot say which
+        epochs or sample count its split sizes were counted for."""
+        return self.config.num_epochs is None and self.config.num_samples is None
 
     def _drop_card_info_that_does_not_fit(self) -> None:
         """A dataset card's ``dataset_info`` describes the samples of the card's own settings,
@@ -411,72 +588,42 @@ class GPTSamplesBuilder(BaseBuilder):
         split sizes the verification."""
         if self.config.features is not None or self.info.features is None:
             return
-        features, config = self.info.features, self.config
-        if "input_ids" in features:
-            columns = {"input_ids", "position_ids", "piece_lengths"} if config.document_structure else {"input_ids"}
-            ids = features["input_ids"]
-            fits = (getattr(ids, "length", None) == config.sample_length and set(features) == columns
-                    and (config.dtype is None or ids.feature.dtype == config.dtype))
-            if not fits:
-                self.info.features = None
-                self.info.splits = None
-        # The card cannot say which epochs or sample count its split sizes were counted for.
-        if config.num_epochs is not None or config.num_samples is not None:
+        if "input_ids" in self.info.features and not self._card_fits(self.info.features):
+            self.info.features = None
+            self.info.splits = None
+        if not self._card_counts_apply():
             self.info.splits = None
 
-    def _read_paths(self, split: str, files: list[str], dl_manager) -> tuple[str, ...]:
-        raise NotImplementedError
-
-    def _token_facts(self, files: list[str], dl_manager) -> dict:
-        """Tokenizer and EOD id of the split's tokens, for provenance (sidecars by default)."""
-        return provenance.tokenizer_facts([f for f in files if f.endswith(".bin")], dl_manager, open)
-
-    def _plan_options(self) -> dict:
-        """The kind's own settings that ``open_source`` needs (they also key the caches)."""
-        return {}
-
-    @staticmethod
-    def open_source(plan: GPTPlan, opener):
-        raise NotImplementedError
-
-    def _split_generators(self, dl_manager):
+    def _sample_settings(self) -> dict:
+        """The plan's settings for ``opened_samples``: sampling, index cache, columns, dtype."""
         config = self.config
-        cache_dir = config.index_cache_dir or os.path.join(cache_root(self), INDEX_CACHE_FOLDER)
-        generators, features = [], []
-        for split, files in split_files(config).items():
-            options = tuple(sorted(self._plan_options().items()))
-            identity_parts = [f"{type(self).__name__}{options}"] + [file_identity(p) for p in identity_paths(files)]
-            plan = GPTPlan(split=split, read_paths=self._read_paths(split, files, dl_manager),
-                           identity="|".join(identity_parts), sampling=tuple(sorted(config.sampling_kwargs().items())),
-                           index_cache_dir=cache_dir, document_structure=config.document_structure,
-                           dtype=config.dtype, options=options)
-            source, indices = _opened(type(self).open_source, plan, open)
-            provenance.record_split(self.info, split, kind=self.name, files=files, settings=config.sampling_kwargs(),
-                                    rows=indices.num_samples, source=source,
-                                    facts=self._token_facts(files, dl_manager))
-            dtype = np.dtype(config.dtype) if config.dtype else source.dtype
-            features.append(sample_features(dtype, config.sample_length, config.document_structure))
-            generators.append(self._split_generator(split, plan, indices.num_samples, f"{len(files)} file(s)"))
-        self._set_features(features)
-        verify_against_card(dl_manager, self.base_path)  # all_checks: the card's sha256 of every download
-        return generators
+        return {"sampling": tuple(sorted(config.sampling_kwargs().items())),
+                "index_cache_dir": config.index_cache_dir or os.path.join(cache_root(self), INDEX_CACHE_FOLDER),
+                "document_structure": config.document_structure, "dtype": config.dtype}
 
-    def _table_maker(self, plan: GPTPlan):
-        return _read_ahead(type(self).open_source, plan, self.config.num_shards or DEFAULT_NUM_SHARDS, open)
+    def _order(self, plan: Plan) -> dict:
+        return dict(plan["sampling"])
 
+    def _tables(self, plan: Plan, batches):
+        maker = self._table_maker(plan)
+        return maker.tables(batches) if isinstance(maker, ReadAhead) else one_ahead(maker, batches)
 
-@functools.lru_cache(maxsize=8)
-def _read_ahead(open_source, plan: GPTPlan, num_shards: int, opener) -> ShardReadAhead:
-    """The table maker of a split, kept per process: its read-ahead serves later calls."""
-    source, indices = _opened(open_source, plan, opener)
-    return ShardReadAhead(functools.partial(sample_table_for, source, indices, plan),
-                          shard_ranges(indices.num_samples, num_shards), ROWS_PER_TABLE)
+    def _table_maker(self, plan: Plan):
+        return opened_split(type(self).open_plan, plan, open).maker(self.config.num_shards or DEFAULT_NUM_SHARDS,
+                                                                    self.config.read_ahead_bytes)
+
+    def row_tables(self, plan: Plan, range_batches) -> Iterator[pa.Table]:
+        # Any rows in one gather (measured 4x faster for a rank's micro-batches than a table each).
+        maker = self._table_maker(plan)
+        positions = (np.concatenate([np.arange(a, b) for a, b in ranges]) for ranges in range_batches)
+        if isinstance(maker, ReadAhead):  # remote: the batches after the one asked for are fetched meanwhile
+            for _, table in maker.tables((None, rows) for rows in positions):
+                yield table
+            return
+        for rows in positions:
+            yield maker(rows)
 
 
-def sample_table_for(source, indices, plan: GPTPlan, rows: np.ndarray) -> pa.Table:
-    return sample_table(source, indices, rows, plan.document_structure, plan.dtype)
-
-
-__all__ = ["BaseBuilder", "BaseConfig", "GPTConfig", "GPTPlan", "GPTSamplesBuilder", "check_integer",
-           "fixed_size_lists", "pair_data_files", "ranged", "sample_features", "sample_table", "shard_ranges",
-           "split_files"]
+__all__ = ["BaseBuilder", "BaseConfig", "DEFAULT_READ_AHEAD_BYTES", "GPTConfig", "GPTSamplesBuilder", "OpenedSplit",
+           "Plan", "SamplesConfig", "check_integer", "fixed_size_lists", "opened_samples", "opened_split",
+           "pair_data_files", "ranged", "sample_features", "sample_table", "shard_ranges", "split_files"]

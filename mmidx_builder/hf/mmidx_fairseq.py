@@ -15,12 +15,12 @@ import datasets
 import pyarrow as pa
 
 from .. import provenance
-from .._io import file_identity, is_remote
+from .._io import is_remote
 from ..fairseq import (Dictionary, LanguagePairs, check_upsample_primary, dictionary_path, find_language_pairs,
                        is_pair_file, pair_tables)
 from ..format import IndexedFile, split_prefix
 from ..errors import ParameterError
-from .common import BaseBuilder, BaseConfig, identity_paths, ranged, split_files
+from .common import BaseBuilder, BaseConfig, OpenedSplit, Plan, ranged
 
 
 @dataclass
@@ -60,32 +60,8 @@ class ShardFiles:
     target_idx: str
 
 
-@dataclass(frozen=True)
-class PairsPlan:
-    split: str
-    shards: tuple[ShardFiles, ...]
-    identity: str
-    upsample_primary: int
-    dictionaries: tuple[str, str] | None  # dict.{src}.txt, dict.{tgt}.txt for decode_text
-    bpe: str | None
-
-
-@functools.lru_cache(maxsize=8)
-def _opened(plan: PairsPlan, opener):
-    def indexed(bin_path, idx_path):
-        return IndexedFile.open(split_prefix(idx_path), idx_path=idx_path, bin_path=bin_path,
-                                opener=ranged(opener) if is_remote(bin_path) else None)
-
-    pairs = LanguagePairs([(indexed(s.source_bin, s.source_idx), indexed(s.target_bin, s.target_idx))
-                           for s in plan.shards], upsample_primary=plan.upsample_primary)
-    dictionaries = None
-    if plan.dictionaries:
-        dictionaries = tuple(Dictionary.load(p, opener=opener if is_remote(p) else None) for p in plan.dictionaries)
-    return pairs, dictionaries
-
-
-def pairs_table(pairs: LanguagePairs, dictionaries, plan: PairsPlan, rows) -> pa.Table:
-    (table,) = pair_tables(pairs, int(rows[0]), int(rows[-1]) + 1, len(rows), dictionaries, plan.bpe)
+def pairs_table(pairs: LanguagePairs, dictionaries, bpe, rows) -> pa.Table:
+    (table,) = pair_tables(pairs, int(rows[0]), int(rows[-1]) + 1, len(rows), dictionaries, bpe)
     return table
 
 
@@ -100,36 +76,42 @@ class MMIdxFairseq(BaseBuilder):
         own = {"source_lang", "target_lang", "upsample_primary", "decode_text", "bpe"}
         return bool(own & set(settings)) or (bool(files) and all(is_pair_file(f) for f in files))
 
-    def _split_generators(self, dl_manager):
+    def _plan(self, split, files, dl_manager):
         config = self.config
-        generators, features = [], []
-        for split, files in split_files(config).items():
-            found = find_language_pairs(files, config.source_lang, config.target_lang)
-            shards = [shard for name in sorted(found) for shard in found[name]]
-            originals = [prefix + ext for shard in shards
-                         for prefix in (shard.source_prefix, shard.target_prefix) for ext in (".bin", ".idx")]
-            read = dl_manager.download(originals)
-            dictionaries = None
-            if config.decode_text:
-                folder = os.path.dirname(shards[0].source_prefix)
-                dictionaries = tuple(dl_manager.download([dictionary_path(folder, shards[0].src),
-                                                          dictionary_path(folder, shards[0].tgt)]))
-            plan = PairsPlan(split=split, shards=tuple(ShardFiles(*read[i:i + 4]) for i in range(0, len(read), 4)),
-                             identity="|".join(file_identity(p) for p in identity_paths(originals)),
-                             upsample_primary=config.upsample_primary, dictionaries=dictionaries, bpe=config.bpe)
-            pairs, _ = _opened(plan, open)
-            provenance.record_split(self.info, split, kind=self.name, files=originals[0::2], rows=pairs.num_pairs,
-                                    settings={"upsample_primary": config.upsample_primary})
-            split_features = {"id": datasets.Value("int64"),
-                              "source": datasets.List(datasets.Value(pairs.source.dtype.name)),
-                              "target": datasets.List(datasets.Value(pairs.target.dtype.name))}
-            if dictionaries:
-                split_features.update(source_text=datasets.Value("string"), target_text=datasets.Value("string"))
-            features.append(datasets.Features(split_features))
-            generators.append(self._split_generator(split, plan, pairs.num_pairs, f"{len(shards)} shard(s)"))
-        self._set_features(features)
-        return generators
+        found = find_language_pairs(files, config.source_lang, config.target_lang)
+        shards = [shard for name in sorted(found) for shard in found[name]]
+        originals = [prefix + ext for shard in shards
+                     for prefix in (shard.source_prefix, shard.target_prefix) for ext in (".bin", ".idx")]
+        read = dl_manager.download(originals)
+        dictionaries = None
+        if config.decode_text:
+            folder = os.path.dirname(shards[0].source_prefix)
+            dictionaries = tuple(dl_manager.download([dictionary_path(folder, shards[0].src),
+                                                      dictionary_path(folder, shards[0].tgt)]))
+        return Plan.of(split, originals[0::2], [ShardFiles(*read[i:i + 4]) for i in range(0, len(read), 4)],
+                       self._identity(originals), upsample_primary=config.upsample_primary,
+                       dictionaries=dictionaries, bpe=config.bpe)
 
-    def _table_maker(self, plan: PairsPlan):
-        pairs, dictionaries = _opened(plan, open)
-        return functools.partial(pairs_table, pairs, dictionaries, plan)
+    def _order(self, plan):
+        return {"upsample_primary": plan["upsample_primary"]}
+
+    @staticmethod
+    def open_plan(plan: Plan, opener) -> OpenedSplit:
+        def indexed(bin_path, idx_path):
+            return IndexedFile.open(split_prefix(idx_path), idx_path=idx_path, bin_path=bin_path,
+                                    opener=ranged(opener) if is_remote(bin_path) else None)
+
+        shards = [(indexed(s.source_bin, s.source_idx), indexed(s.target_bin, s.target_idx)) for s in plan.read_paths]
+        pairs = LanguagePairs(shards, upsample_primary=plan["upsample_primary"])
+        dictionaries = None
+        if plan["dictionaries"]:
+            dictionaries = tuple(Dictionary.load(p, opener=opener if is_remote(p) else None)
+                                 for p in plan["dictionaries"])
+        features = {"id": datasets.Value("int64"),
+                    "source": datasets.List(datasets.Value(pairs.source.dtype.name)),
+                    "target": datasets.List(datasets.Value(pairs.target.dtype.name))}
+        if dictionaries:
+            features.update(source_text=datasets.Value("string"), target_text=datasets.Value("string"))
+        return OpenedSplit(pairs.num_pairs, datasets.Features(features),
+                           functools.partial(pairs_table, pairs, dictionaries, plan["bpe"]),
+                           files=[f for shard in shards for f in shard])

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .. import provenance
 from .._io import is_remote
 from ..format import IndexedFile, split_prefix
 from ..pair_downloads import download_pairs
 from ..source import Concatenated
-from .common import GPTConfig, GPTPlan, GPTSamplesBuilder, pair_data_files, ranged
+from .common import GPTConfig, GPTSamplesBuilder, Plan, opened_samples, pair_data_files, ranged
 
 
 @dataclass
@@ -34,15 +35,20 @@ class MMIdxIndexed(GPTSamplesBuilder):
     def claims(cls, settings: dict, files: list[str]) -> bool:
         return True  # the default kind: any .bin/.idx pairs
 
-    def _read_paths(self, split, files, dl_manager):
+    def _plan(self, split, files, dl_manager):
         # Streaming returns the URLs themselves; downloading may rename files, so both
         # files of every pair are downloaded together and re-paired by position.
         pairs = pair_data_files(split, files)
-        return tuple(download_pairs(dl_manager, [path for pair in pairs for path in pair]))  # .idx first
+        read_paths = download_pairs(dl_manager, [path for pair in pairs for path in pair])
+        return Plan.of(split, files, read_paths, self._identity(files), **self._sample_settings())
+
+    def _token_facts(self, plan, dl_manager):
+        return provenance.tokenizer_facts([f for f in plan.files if f.endswith(".bin")], dl_manager, open)
 
     @staticmethod
-    def open_source(plan: GPTPlan, opener):
+    def open_plan(plan: Plan, opener):
         paths = plan.read_paths
-        return Concatenated([IndexedFile.open(split_prefix(idx), idx_path=idx, bin_path=bin_,
-                                              opener=ranged(opener) if is_remote(bin_) else None)
-                             for bin_, idx in zip(paths[0::2], paths[1::2])])
+        files = [IndexedFile.open(split_prefix(idx), idx_path=idx, bin_path=bin_,
+                                  opener=ranged(opener) if is_remote(bin_) else None)
+                 for bin_, idx in zip(paths[0::2], paths[1::2])]
+        return opened_samples(Concatenated(files), plan, files)

@@ -21,19 +21,17 @@ import numpy as np
 import pyarrow as pa
 
 from .. import provenance
-from .._io import file_identity, is_remote
-from ..dtypes import cast_tokens, integer_dtype
+from .._io import is_remote
+from ..dtypes import cast_tokens
 from ..errors import ParameterError
 from ..format import IndexedFile, split_prefix
 from ..megatron.args import settings_from_megatron_args
-from ..megatron.blend import DEFAULT_SURPLUS, SplitPlan, all_prefixes, megatron_plan
+from ..megatron.blend import DEFAULT_SURPLUS, all_prefixes, megatron_plan
 from ..megatron.splits import build_split, split_samples
 from ..pair_downloads import download_pairs
 from ..source import Concatenated
-from .common import (DEFAULT_NUM_SHARDS, INDEX_CACHE_FOLDER, ROWS_PER_TABLE, BaseBuilder, BaseConfig, check_integer,
-                     fixed_size_lists, ranged, sample_features, shard_ranges, structure_columns)
-from .readahead import ShardReadAhead
-from .registry import cache_root
+from .common import (GPTConfig, GPTSamplesBuilder, OpenedSplit, Plan, check_integer, fixed_size_lists, ranged,
+                     sample_features, structure_columns)
 
 # The settings that say "this is a Megatron run": any of them picks this builder.
 OWN_SETTINGS = ("data_path", "split_ratios", "train_data_path", "valid_data_path", "test_data_path",
@@ -42,8 +40,8 @@ PATH_SETTINGS = ("data_path", "train_data_path", "valid_data_path", "test_data_p
 
 
 @dataclass
-class MegatronConfig(BaseConfig):
-    """BuilderConfig for Megatron's data arguments.
+class MegatronConfig(GPTConfig):
+    """BuilderConfig for Megatron's data arguments: a :class:`GPTConfig` whose data is a blend.
 
     Args:
         data_path (`list` or `str`): Megatron's ``--data-path`` tokens: prefixes, or weight/prefix pairs.
@@ -54,7 +52,8 @@ class MegatronConfig(BaseConfig):
         mid_level_dataset_surplus (`float`, defaults to 0.005): Megatron's per-dataset oversizing.
         megatron_args (`str`, optional): a Megatron command line; the settings above override it.
         seq_length (`int`, defaults to 2048 or ``--seq-length``), seed (`int`, 1234 or ``--seed``),
-        add_extra_token, document_structure, index_cache_dir, dtype: as for .bin/.idx pairs.
+        add_extra_token, document_structure, index_cache_dir, dtype, read_ahead_bytes: as for
+        .bin/.idx pairs (:class:`GPTConfig`); ``num_epochs`` does not apply (sizes are ``num_samples``).
     """
 
     data_path: object = None
@@ -62,15 +61,8 @@ class MegatronConfig(BaseConfig):
     train_data_path: object = None
     valid_data_path: object = None
     test_data_path: object = None
-    num_samples: object = None
     mid_level_dataset_surplus: float | None = None
     megatron_args: str | None = None
-    seq_length: int | None = None
-    seed: int | None = None
-    add_extra_token: bool = True
-    document_structure: bool = False
-    index_cache_dir: str | None = None
-    dtype: str | None = None
     collator_flags: dict = field(default_factory=dict, repr=False)  # from megatron_args, for MegatronCollator
 
     def resolved(self) -> dict:
@@ -83,61 +75,48 @@ class MegatronConfig(BaseConfig):
             for name in PATH_SETTINGS:  # an explicit blend replaces the command line's whole blend
                 settings.pop(name, None)
         settings.update({k: v for k, v in explicit.items() if v is not None})
-        settings.setdefault("seq_length", 2048)
-        settings.setdefault("seed", 1234)
+        defaults = super().resolved()
+        settings.setdefault("seq_length", defaults["seq_length"])
+        settings.setdefault("seed", defaults["seed"])
         settings.setdefault("mid_level_dataset_surplus", DEFAULT_SURPLUS)
         return settings
 
-    def plans(self) -> dict[str, SplitPlan]:
+    def sampling_kwargs(self) -> dict:
+        """The sampling settings every split shares (sizes are per split, in ``plans()``)."""
+        settings = self.resolved()
+        return dict(seq_length=settings["seq_length"], seed=settings["seed"], add_extra_token=self.add_extra_token)
+
+    def plans(self) -> dict:
         settings = self.resolved()
         return megatron_plan(**{k: settings.get(k) for k in (*PATH_SETTINGS, "split_ratios", "num_samples",
                                                              "mid_level_dataset_surplus")})
 
-    def validate(self) -> None:
-        super().validate()
+    def _check_sampling(self) -> None:
+        if self.num_epochs is not None:
+            raise ParameterError(f"num_epochs={self.num_epochs!r} does not apply to Megatron data arguments (the "
+                                 "mmidx_megatron builder): give num_samples (Megatron's --train-samples), or "
+                                 "load the files without data_path to sample whole epochs")
         settings = self.resolved()
         check_integer("seq_length", settings["seq_length"], 1)
         check_integer("seed", settings["seed"], 0)
-        if self.dtype is not None:
-            integer_dtype(self.dtype)
         # Every rule that needs no file. A card's config may carry no data setting (the call
         # adds it, and the config is validated again then); "no data" is said when loading.
         if self.megatron_args or any(getattr(self, name) is not None for name in PATH_SETTINGS):
             self.plans()
 
 
-@dataclass(frozen=True)
-class MegatronSplit:
-    """What a worker needs for one split; small and picklable."""
-
-    plan: SplitPlan
-    files: tuple[tuple[str, str, str], ...]  # (prefix as given, .bin read path, .idx read path)
-    identity: str
-    seq_length: int
-    seed: int
-    add_extra_token: bool
-    index_cache_dir: str
-    document_structure: bool
-    dtype: str | None
-    with_dataset_id: bool
-
-    @property
-    def split(self) -> str:
-        return self.plan.name
+def megatron_table(built, plan: Plan, rows: np.ndarray) -> pa.Table:
+    tokens, dataset_ids, structure = split_samples(built, rows, plan["document_structure"])
+    length = built.sample_length
+    columns = {"input_ids": fixed_size_lists(cast_tokens(tokens, plan["dtype"]), length)}
+    if plan["with_dataset_id"]:
+        columns["dataset_id"] = pa.array(dataset_ids)
+    if structure is not None:
+        columns.update(structure_columns(*structure, length))
+    return pa.table(columns)
 
 
-@functools.lru_cache(maxsize=8)
-def _built(split: MegatronSplit, opener):
-    sources = {}
-    for prefix, bin_path, idx_path in split.files:
-        remote = is_remote(bin_path)
-        sources[prefix] = Concatenated([IndexedFile.open(split_prefix(idx_path), idx_path=idx_path, bin_path=bin_path,
-                                                         opener=ranged(opener) if remote else None)])
-    return build_split(split.plan, sources, seq_length=split.seq_length, seed=split.seed,
-                       add_extra_token=split.add_extra_token, cache_dir=split.index_cache_dir)
-
-
-class MMIdxMegatron(BaseBuilder):
+class MMIdxMegatron(GPTSamplesBuilder):
     """Megatron's train / validation / test streams for a blend and split (or per-split blends)."""
 
     BUILDER_CONFIG_CLASS = MegatronConfig
@@ -146,6 +125,12 @@ class MMIdxMegatron(BaseBuilder):
     @classmethod
     def claims(cls, settings: dict, files: list[str]) -> bool:
         return any(name in settings for name in OWN_SETTINGS)
+
+    def _card_fits(self, features) -> bool:
+        return False  # a card describes one folder's samples, not a blend's splits
+
+    def _card_counts_apply(self) -> bool:
+        return False
 
     def _locate(self, prefix: str) -> str:
         """A prefix as given, or joined to the folder / repo ``load_dataset`` was given."""
@@ -163,61 +148,38 @@ class MMIdxMegatron(BaseBuilder):
         paths = [self._locate(p) + ext for p in prefixes for ext in (".bin", ".idx")]
         return [p for p in paths if is_remote(p) or os.path.exists(p)]
 
-    def _split_generators(self, dl_manager):
-        config = self.config
-        settings = config.resolved()
-        plans = config.plans()
+    def _plans(self, dl_manager) -> list[Plan]:
+        plans = self.config.plans()
         prefixes = all_prefixes(plans)
         located = [self._locate(p) for p in prefixes]
         read = download_pairs(dl_manager, [path for prefix in located for path in (prefix + ".bin", prefix + ".idx")])
-        files = tuple((p, read[2 * i], read[2 * i + 1]) for i, p in enumerate(prefixes))
-        identity = "|".join(file_identity(path) for prefix in located for path in (prefix + ".bin", prefix + ".idx")
-                            if is_remote(path) or os.path.exists(path))
+        files = [(p, read[2 * i], read[2 * i + 1]) for i, p in enumerate(prefixes)]
+        identity = self._identity([path for prefix in located for path in (prefix + ".bin", prefix + ".idx")])
         with_dataset_id = any(plan.blend is not None for plan in plans.values())
-        cache_dir = config.index_cache_dir or os.path.join(cache_root(self), INDEX_CACHE_FOLDER)
-        generators, features = [], []
-        for name, plan in plans.items():
-            split = MegatronSplit(plan=plan, files=tuple(f for f in files if f[0] in {p.prefix for p in plan.parts}),
-                                  identity=identity, seq_length=settings["seq_length"], seed=settings["seed"],
-                                  add_extra_token=config.add_extra_token, index_cache_dir=cache_dir,
-                                  document_structure=config.document_structure, dtype=config.dtype,
-                                  with_dataset_id=with_dataset_id)
-            built = _built(split, open)
-            dtype = np.dtype(config.dtype) if config.dtype else built.dtype
-            split_features = sample_features(dtype, built.sample_length, config.document_structure)
-            if with_dataset_id:
-                split_features["dataset_id"] = datasets.Value("int16")
-            features.append(split_features)
-            provenance.record_split(
-                self.info, name, kind=self.name, files=[p.prefix for p in plan.parts], rows=built.rows,
-                settings={"seq_length": settings["seq_length"], "seed": settings["seed"],
-                          "add_extra_token": config.add_extra_token, "blend": plan.blend,
-                          "weights": plan.weights, "size": plan.size, "ratio": plan.ratio,
-                          "num_samples": [p.num_samples for p in plan.parts]},
-                facts=provenance.tokenizer_facts([r for f in split.files for r in f[1:2]], dl_manager, open))
-            generators.append(self._split_generator(name, split, built.rows, f"{len(plan.parts)} dataset(s)"))
-        self._set_features(features)
-        return generators
+        return [Plan.of(name, [p.prefix for p in plan.parts],
+                        [f for f in files if f[0] in {p.prefix for p in plan.parts}], identity, split_plan=plan,
+                        with_dataset_id=with_dataset_id, **self._sample_settings())
+                for name, plan in plans.items()]
 
-    def _table_maker(self, split: MegatronSplit):
-        return _read_ahead(split, self.config.num_shards or DEFAULT_NUM_SHARDS, open)
+    def _order(self, plan) -> dict:
+        split = plan["split_plan"]
+        return {**dict(plan["sampling"]), "blend": split.blend, "weights": split.weights, "size": split.size,
+                "ratio": split.ratio, "num_samples": [p.num_samples for p in split.parts]}
 
+    def _token_facts(self, plan, dl_manager):
+        return provenance.tokenizer_facts([bin_path for _, bin_path, _ in plan.read_paths], dl_manager, open)
 
-@functools.lru_cache(maxsize=8)
-def _read_ahead(split: MegatronSplit, num_shards: int, opener) -> ShardReadAhead:
-    """The split's table maker, kept per process: a stream asking shard by shard is served
-    several shards per gather (readahead.py)."""
-    built = _built(split, opener)
-    return ShardReadAhead(functools.partial(megatron_table, built, split), shard_ranges(built.rows, num_shards),
-                          ROWS_PER_TABLE)
-
-
-def megatron_table(built, split: MegatronSplit, rows: np.ndarray) -> pa.Table:
-    tokens, dataset_ids, structure = split_samples(built, rows, split.document_structure)
-    length = built.sample_length
-    columns = {"input_ids": fixed_size_lists(cast_tokens(tokens, split.dtype), length)}
-    if split.with_dataset_id:
-        columns["dataset_id"] = pa.array(dataset_ids)
-    if structure is not None:
-        columns.update(structure_columns(*structure, length))
-    return pa.table(columns)
+    @staticmethod
+    def open_plan(plan: Plan, opener) -> OpenedSplit:
+        sources, files = {}, []
+        for prefix, bin_path, idx_path in plan.read_paths:
+            remote = is_remote(bin_path)
+            files.append(IndexedFile.open(split_prefix(idx_path), idx_path=idx_path, bin_path=bin_path,
+                                          opener=ranged(opener) if remote else None))
+            sources[prefix] = Concatenated([files[-1]])
+        built = build_split(plan["split_plan"], sources, cache_dir=plan["index_cache_dir"], **dict(plan["sampling"]))
+        dtype = np.dtype(plan["dtype"]) if plan["dtype"] else built.dtype
+        features = sample_features(dtype, built.sample_length, plan["document_structure"])
+        if plan["with_dataset_id"]:
+            features["dataset_id"] = datasets.Value("int16")
+        return OpenedSplit(built.rows, features, functools.partial(megatron_table, built, plan), files=files)

@@ -13,7 +13,7 @@ from .. import provenance
 from .._io import is_remote
 from ..errors import ParameterError
 from ..rawfiles import RawFiles, check_n_bytes
-from .common import GPTConfig, GPTPlan, GPTSamplesBuilder, ranged
+from .common import GPTConfig, GPTSamplesBuilder, Plan, opened_samples, ranged
 
 # Files with these names among the data files map files to labels (mmidx_raw_chunks).
 RAW_METADATA_FILES = ("metadata.csv", "metadata.jsonl")
@@ -62,16 +62,16 @@ class MMIdxRaw(GPTSamplesBuilder):
     def claims(cls, settings: dict, files: list[str]) -> bool:
         return settings.get("n_bytes") is not None
 
-    def _token_facts(self, files, dl_manager) -> dict:
+    def _token_facts(self, plan, dl_manager) -> dict:
         return provenance.raw_facts(self.config.n_bytes)
 
-    def _plan_options(self) -> dict:
-        return {"n_bytes": self.config.n_bytes}
-
-    def _read_paths(self, split, files, dl_manager):
-        return tuple(dl_manager.download(raw_data_files(split, files)[0]))
+    def _plan(self, split, files, dl_manager):
+        read_paths = dl_manager.download(raw_data_files(split, files)[0])
+        return Plan.of(split, files, read_paths, self._identity(files, n_bytes=self.config.n_bytes),
+                       n_bytes=self.config.n_bytes, **self._sample_settings())
 
     @staticmethod
-    def open_source(plan: GPTPlan, opener):
+    def open_plan(plan: Plan, opener):
         remote = any(is_remote(p) for p in plan.read_paths)
-        return RawFiles(plan.read_paths, dict(plan.options)["n_bytes"], opener=ranged(opener) if remote else None)
+        raw = RawFiles(plan.read_paths, plan["n_bytes"], opener=ranged(opener) if remote else None)
+        return opened_samples(raw, plan)

@@ -13,13 +13,24 @@ are gathered together with the one asked for, up to ``limit`` rows, and kept for
 that ask for them. Any other order (shuffled shards, resharded ranges, a resumed iterator)
 gets one gather per call, as without read-ahead. Either way a call's table holds exactly the
 rows asked for, in order: what is read ahead only changes how many gathers make them.
+
+:class:`ReadAhead` is for files read over the network, where a gather waits on round trips
+rather than on memory: the table asked for is made at once (the first sample comes fast) and
+the tables the stream will ask for next are made meanwhile in background threads, within a
+byte bound. "Next" is the rest of the rows of the call (the batches of the shard asked for,
+or the row batches a rank stream says it will read) and, when the calls walk the shard
+layout with a steady stride, the following shards on that stride. Again a call's table holds
+exactly the rows asked for, in order; a prediction that the stream does not follow is dropped.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from bisect import bisect_left
-from typing import Callable, Sequence
+from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -80,4 +91,175 @@ class ShardReadAhead:
             return table.slice(0, offsets[1])
 
 
-__all__ = ["ShardReadAhead"]
+# Tables made at once in the background: each is a gather whose pieces a remote reader fetches
+# concurrently, so a few tables in flight keep many requests in flight.
+READ_AHEAD_THREADS = 8
+
+
+def _key(rows: np.ndarray):
+    """What names a request: ``(first, stop)`` for consecutive rows, else the rows themselves."""
+    if len(rows) and int(rows[-1]) - int(rows[0]) + 1 == len(rows) and bool(np.all(np.diff(rows) == 1)):
+        return int(rows[0]), int(rows[-1]) + 1
+    return rows.tobytes()
+
+
+class ReadAhead:
+    """Tables of rows ``make(rows)`` for a source read over the network: each call's table is
+    made at once, the following ones (see the module docstring) in up to ``threads``
+    background threads while tables made ahead and not yet handed out hold at most
+    ``limit_bytes`` (estimated from the bytes per row of the tables made so far). ``make``
+    must allow concurrent calls (remote token sources do: ``source.remote``)."""
+
+    def __init__(self, make: Callable[[np.ndarray], object], layout: Sequence[tuple[int, int]], rows_per_table: int,
+                 limit_bytes: int, threads: int = READ_AHEAD_THREADS):
+        self._make = make
+        self._layout = [tuple(map(int, r)) for r in layout]
+        self._starts = [start for start, _ in self._layout]
+        self._rows_per_table = rows_per_table
+        self.limit_bytes = int(limit_bytes)
+        self._threads = threads
+        self._lock = threading.RLock()  # RLock: a dropped future's callback may run in the dropping thread
+        self._start_state()
+
+    def _start_state(self) -> None:
+        self._pid = os.getpid()  # a forked DataLoader worker starts afresh (the parent's threads are not its own)
+        self._pool = None
+        self._pending = OrderedDict()  # key -> (future, estimated bytes), in the order asked for
+        self._held = 0  # estimated bytes of pending tables and of dropped ones still being made
+        self.peak_bytes = 0
+        self._row_bytes = 0  # the largest bytes per row seen; 0: nothing made yet, nothing made ahead
+        self._last = None  # the shard the last call started at
+        self._stride = 0
+
+    def __call__(self, rows: np.ndarray):
+        ((_, table),) = self.tables([(None, rows)])
+        return table
+
+    def tables(self, batches: Iterable[tuple[object, np.ndarray]]) -> Iterator[tuple[object, object]]:
+        """``(key, make(rows))`` for each ``(key, rows)`` of ``batches``, in order; ``batches``
+        is read lazily, as far ahead as the bound allows."""
+        if os.getpid() != self._pid:
+            with self._lock:
+                self._start_state()
+        batches = iter(batches)
+        ahead = []  # (key, rows) pulled from batches and not handed out; the first `scheduled` are submitted
+        call = {"started": False, "shard": None, "last": None, "exhausted": False, "scheduled": 0}
+        while True:
+            if ahead:
+                key, rows = ahead.pop(0)
+                call["scheduled"] = max(0, call["scheduled"] - 1)
+            else:
+                item = None if call["exhausted"] else self._pull(batches, call)
+                if item is None:
+                    return
+                key, rows = item
+            if not call["started"]:
+                call["started"] = True
+                call["shard"] = self._arrived(rows)
+            self._schedule(ahead, batches, call)
+            yield key, self._take(rows)
+
+    # --- the walk --------------------------------------------------------------------------
+
+    def _arrived(self, rows: np.ndarray) -> int | None:
+        """The layout shard a call starts at (None: not at a shard's start), and the stride."""
+        shard = None
+        if len(rows):
+            i = bisect_left(self._starts, int(rows[0]))
+            if i < len(self._layout) and self._starts[i] == int(rows[0]):
+                shard = i
+        with self._lock:
+            step = shard - self._last if shard is not None and self._last is not None else 0
+            self._last, self._stride = shard, max(step, 0)
+        return shard
+
+    @staticmethod
+    def _pull(batches, call: dict):
+        """The call's next batch, noting the last one's key (to tell whether the call was one shard)."""
+        item = next(batches, None)
+        if item is None:
+            call["exhausted"] = True
+            return None
+        rows = np.asarray(item[1], np.int64)
+        call["last"] = _key(rows) if call["last"] is None or isinstance(call["last"], tuple) else call["last"]
+        return item[0], rows
+
+    def _schedule(self, ahead: list, batches, call: dict) -> None:
+        """Submits what follows the rows just asked for: the call's own batches, then (once the
+        call has been read to its end and was one whole shard) the shards on the stride."""
+        while call["scheduled"] < len(ahead):
+            if not self._submit(ahead[call["scheduled"]][1]):
+                return
+            call["scheduled"] += 1
+        while not call["exhausted"]:
+            item = self._pull(batches, call)
+            if item is None:
+                break
+            ahead.append(item)
+            if not self._submit(item[1]):
+                return
+            call["scheduled"] += 1
+        shard, last = call["shard"], call["last"]
+        if shard is None or not self._stride or not isinstance(last, tuple) or last[1] != self._layout[shard][1]:
+            return  # not one whole shard of a steady walk: what comes next is not known
+        following = shard + self._stride
+        while following < len(self._layout):
+            start, stop = self._layout[following]
+            for first in range(start, stop, self._rows_per_table):
+                if not self._submit(np.arange(first, min(first + self._rows_per_table, stop), dtype=np.int64)):
+                    return
+            following += self._stride
+
+    # --- the tables ------------------------------------------------------------------------
+
+    def _submit(self, rows: np.ndarray) -> bool:
+        """Starts making ``rows``' table unless it is under way; False when the bound is reached."""
+        key = _key(rows)
+        with self._lock:
+            if key in self._pending:
+                return True
+            nbytes = len(rows) * self._row_bytes
+            if not self._row_bytes or self._held + nbytes > self.limit_bytes:
+                return False
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="mmidx-read-ahead")
+            self._pending[key] = (self._pool.submit(self._make, rows), nbytes)
+            self._held += nbytes
+            self.peak_bytes = max(self.peak_bytes, self._held)
+            return True
+
+    def _take(self, rows: np.ndarray):
+        key = _key(rows)
+        with self._lock:
+            entry = self._pending.pop(key, None)
+            if entry is None:
+                while self._pending:  # the stream left the predicted walk
+                    self._drop(*self._pending.popitem(last=False)[1])
+            else:
+                while self._pending and next(iter(self._pending)) != key:  # asked for before, then skipped
+                    self._drop(*self._pending.popitem(last=False)[1])
+        if entry is None:
+            table = self._make(rows)
+        else:
+            future, nbytes = entry
+            try:
+                table = future.result()
+            finally:
+                with self._lock:
+                    self._held -= nbytes
+        with self._lock:
+            self._row_bytes = max(self._row_bytes, -(-table.nbytes // max(1, table.num_rows)))
+        return table
+
+    def _drop(self, future, nbytes: int) -> None:
+        if future.cancel():
+            self._held -= nbytes
+        else:
+            future.add_done_callback(lambda _: self._release(nbytes))
+
+    def _release(self, nbytes: int) -> None:
+        with self._lock:
+            self._held -= nbytes
+
+
+__all__ = ["READ_AHEAD_THREADS", "ReadAhead", "ShardReadAhead"]

@@ -1,5 +1,6 @@
-"""The only code that touches ``datasets`` internals: registering the builders, and the two
-builder attributes the builders need that ``datasets`` has no public API for.
+"""The only code that touches ``datasets`` internals: registering the builders, the builder
+attributes the builders need that ``datasets`` has no public API for, and what a reader of a
+stream needs to know of it (hf/streams.py).
 
 Why: ``datasets`` 4.0 removed loading scripts and has no plugin entry point. What still
 works is what the built-in formats (parquet, arrow, text) do: an entry in the packaged-
@@ -189,6 +190,34 @@ def with_card_config(builder_cls, config, dataset_name: str):
 
     return configure_builder_class(builder_cls, builder_configs=[config], default_config_name=config.name,
                                    dataset_name=dataset_name)
+
+
+# --- streams: what readers of an IterableDataset need that datasets keeps private ----------
+
+def split_by_node(stream) -> bool:
+    """Whether ``datasets.distributed.split_dataset_by_node`` was applied to ``stream``."""
+    return getattr(stream, "_distributed", None) is not None
+
+
+def format_type(stream) -> str | None:
+    """The format ``with_format`` gave ``stream`` (None: Python objects)."""
+    formatting = getattr(stream, "_formatting", None)
+    return formatting.format_type if formatting else None
+
+
+def stream_origin(stream):
+    """``(builder, gen_kwargs)`` when ``stream`` is a builder's ``_generate_tables`` read as
+    it is (no map, filter, skip, shuffle or take on top), else None. ``datasets`` keeps the
+    generator (a bound method of the builder) and its keyword arguments on the stream's
+    examples iterable (datasets 5.2: ``ArrowExamplesIterable``)."""
+    examples = getattr(stream, "_ex_iterable", None)
+    generate = getattr(examples, "generate_tables_fn", None)
+    kwargs = getattr(examples, "kwargs", None)
+    builder = getattr(generate, "__self__", None)
+    if (type(examples).__name__ != "ArrowExamplesIterable" or getattr(generate, "__name__", "") != "_generate_tables"
+            or not isinstance(kwargs, dict) or builder is None):
+        return None
+    return builder, dict(kwargs)
 
 
 __all__ = ["BUILDER_MODULES", "FRONT_DOOR", "KIND_MODULES", "install", "package_source_hash", "register"]

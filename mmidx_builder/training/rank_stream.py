@@ -255,14 +255,16 @@ def _fingerprint(dataset, total_samples: int) -> dict:
 def _row_reader(dataset):
     import datasets
 
+    from ..hf import streams
+
     if isinstance(dataset, datasets.Dataset):
         return _ArrowRows(dataset)
     if isinstance(dataset, datasets.IterableDataset):
-        if getattr(dataset, "_distributed", None) is not None:
+        if streams.split_by_node(dataset):
             raise ParameterError("the stream is already split by node (split_dataset_by_node); pass the whole "
                                  "stream: megatron_rank_stream gives each rank its own rows")
-        plan_rows = _BuilderRows.of(dataset)
-        return plan_rows if plan_rows is not None else _StreamRows(dataset)
+        split = streams.builder_stream(dataset)
+        return _BuilderRows(split, dataset) if split is not None else _StreamRows(dataset)
     raise ParameterError(f"expected a datasets Dataset or IterableDataset, got {type(dataset).__name__}")
 
 
@@ -282,8 +284,9 @@ class _ArrowRows:
 def _formatter(stream):
     from datasets.formatting import get_formatter
 
-    formatting = getattr(stream, "_formatting", None)
-    return get_formatter(formatting.format_type if formatting else None, features=stream.features)
+    from ..hf.streams import format_type
+
+    return get_formatter(format_type(stream), features=stream.features)
 
 
 def _stream_rows_from_record(stream) -> int:
@@ -299,57 +302,22 @@ def _stream_rows_from_record(stream) -> int:
 
 
 class _BuilderRows:
-    """A stream straight from our builder: only the rows we read are gathered.
+    """A stream straight from our builder (hf/streams.py): only the rows we read are gathered,
+    a chunk of our micro-batches per call (for packed samples one gather per chunk, measured
+    4x faster than a table per micro-batch)."""
 
-    ``datasets`` keeps the builder's table generator and its keyword arguments (``plan``,
-    ``ranges``: the split's shards as ranges of training positions) on the stream's examples
-    iterable. For packed samples (``.bin``/``.idx`` pairs, raw files) the builder's own
-    ``sample_table`` gathers a chunk of our micro-batches in one call (measured 4x faster than
-    a table per micro-batch); other kinds go through the generator, one range per micro-batch."""
-
-    def __init__(self, generate_tables, kwargs: dict, num_rows: int, formatter_source):
-        self.generate_tables = generate_tables
-        self.kwargs = kwargs
-        self.num_rows = num_rows
-        self.stream = formatter_source
-
-    @classmethod
-    def of(cls, stream):
-        examples = getattr(stream, "_ex_iterable", None)
-        generate = getattr(examples, "generate_tables_fn", None)
-        kwargs = getattr(examples, "kwargs", None)
-        if (type(examples).__name__ != "ArrowExamplesIterable" or getattr(generate, "__name__", "") != "_generate_tables"
-                or not isinstance(kwargs, dict) or set(kwargs) != {"plan", "ranges"}):
-            return None
-        ranges = kwargs["ranges"]
-        contiguous = bool(ranges) and ranges[0][0] == 0 and all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
-        if not contiguous:
-            return None  # resharded or sliced by datasets: let the generic reader follow it
-        return cls(generate, kwargs, int(ranges[-1][1]), stream)
-
-    def tables(self, ranges: list[tuple[int, int]]):
-        """Arrow tables of the rows at these training positions, in order."""
-        from ..hf.common import GPTSamplesBuilder
-
-        builder = getattr(self.generate_tables, "__self__", None)
-        if isinstance(builder, GPTSamplesBuilder):
-            # Packed samples: any rows in one gather, with the builder's own table maker.
-            positions = np.concatenate([np.arange(a, b) for a, b in ranges])
-            yield builder._table_maker(self.kwargs["plan"])(positions)
-            return
-        for _, table in self.generate_tables(**{**self.kwargs, "ranges": ranges}):
-            yield table
+    def __init__(self, split, stream):
+        self.split = split
+        self.num_rows = split.num_rows
+        self.stream = stream
 
     def iter_rows(self, ranges):
         formatter = _formatter(self.stream)
         ranges = iter(ranges)
-        while True:
-            chunk = list(itertools.islice(ranges, _RANGES_PER_CALL))
-            if not chunk:
-                return
-            for table in self.tables(chunk):
-                for i in range(table.num_rows):
-                    yield formatter.format_row(table.slice(i, 1))
+        chunks = iter(lambda: list(itertools.islice(ranges, _RANGES_PER_CALL)), [])
+        for table in self.split.tables(chunks):
+            for i in range(table.num_rows):
+                yield formatter.format_row(table.slice(i, 1))
 
 
 class _StreamRows:
