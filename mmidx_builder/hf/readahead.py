@@ -156,6 +156,7 @@ class ReadAhead:
             if not call["started"]:
                 call["started"] = True
                 call["shard"] = self._arrived(rows)
+                self._realign(rows)
             self._schedule(ahead, batches, call)
             yield key, self._take(rows)
 
@@ -232,12 +233,6 @@ class ReadAhead:
         key = _key(rows)
         with self._lock:
             entry = self._pending.pop(key, None)
-            if entry is None:
-                while self._pending:  # the stream left the predicted walk
-                    self._drop(*self._pending.popitem(last=False)[1])
-            else:
-                while self._pending and next(iter(self._pending)) != key:  # asked for before, then skipped
-                    self._drop(*self._pending.popitem(last=False)[1])
         if entry is None:
             table = self._make(rows)
         else:
@@ -250,6 +245,14 @@ class ReadAhead:
         with self._lock:
             self._row_bytes = max(self._row_bytes, -(-table.nbytes // max(1, table.num_rows)))
         return table
+
+    def _realign(self, rows: np.ndarray) -> None:
+        """At a call's first rows: what was made ahead for rows the stream skipped, or for a walk
+        it left (it asks for rows not made ahead), is dropped."""
+        key = _key(rows)
+        with self._lock:
+            while self._pending and (key not in self._pending or next(iter(self._pending)) != key):
+                self._drop(*self._pending.popitem(last=False)[1])
 
     def _drop(self, future, nbytes: int) -> None:
         if future.cancel():
