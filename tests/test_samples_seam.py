@@ -216,3 +216,40 @@ def test_local_sources_get_no_threads(corpus, tmp_path):
                           cache_dir=str(tmp_path / "c"))
     assert _rows(stream)
     assert not [t.name for t in set(threading.enumerate()) - before if t.name.startswith("mmidx-read-ahead")]
+
+
+def test_a_rank_stream_over_remote_files_reads_its_rows_ahead(corpus, tmp_path, monkeypatch):
+    """megatron_rank_stream tells the builder every row it will read: with remote files the
+    following micro-batches are fetched while the current ones are handed out, same rows."""
+    pytest.importorskip("torch")
+    from mmidx_builder import megatron_rank_stream
+
+    settings = dict(seq_length=SEQ, num_epochs=2, cache_dir=str(tmp_path / "c"))
+    local = load_dataset(str(corpus), streaming=True, split="train", **settings)
+    expected = [row["input_ids"] for row in megatron_rank_stream(local, 1, 3, 1, consumed_samples=7)]
+    slow = read_through_slow_remote(monkeypatch, delay=0.01)
+    remote = load_dataset(str(corpus), streaming=True, split="train", **settings)
+    ranked = megatron_rank_stream(remote, 1, 3, 1, consumed_samples=7)  # 64 rows per gather
+    assert [row["input_ids"] for row in ranked] == expected
+    spans = sorted((start, end) for start, end, _ in slow[0].calls)
+    assert len(spans) > 4 and any(start < end for (_, end), (start, _) in zip(spans, spans[1:]))
+
+
+# --- the seam's shape --------------------------------------------------------------------------
+
+def test_megatron_config_is_a_gpt_config_restating_no_field():
+    from mmidx_builder.hf.common import GPTConfig
+    from mmidx_builder.hf.mmidx_megatron import MegatronConfig
+
+    assert issubclass(MegatronConfig, GPTConfig)
+    own = set(MegatronConfig.__dict__.get("__annotations__", {}))
+    assert not own & {f.name for f in dataclasses.fields(GPTConfig)}
+
+
+def test_rank_stream_touches_no_private_of_datasets():
+    """What must touch datasets' internals lives in hf/registry.py (its module docstring says why)."""
+    import mmidx_builder.training.rank_stream as rank_stream
+
+    text = Path(rank_stream.__file__).read_text()
+    for private in ("_distributed", "_formatting", "_ex_iterable", "_generate_tables", "_table_maker"):
+        assert private not in text, private
