@@ -19,9 +19,9 @@ needs ``batch_size=micro_batch_size`` and the loader's default ``in_order=True``
 
 Reading. Rows come from the dataset given:
 - a ``datasets.Dataset`` (Arrow cache): ``dataset[i]`` for each row this worker needs;
-- a stream from this package's builder: the builder's own table generator is called with
+- a stream from this package's builder (hf/streams.py finds it): the builder is asked for
   just this worker's micro-batch ranges, so only the tokens of this rank's samples are
-  gathered (and, for remote files, fetched);
+  gathered (and, for remote files, fetched, the next micro-batches while these are used);
 - any other ``IterableDataset`` (after ``map``, ``skip`` ...): read through in Arrow form and
   only this worker's rows formatted; correct, with every worker reading everything.
 Rows have the dataset's format (``with_format``) as iterating the dataset would give them.
