@@ -15,7 +15,7 @@ from datasets import load_dataset
 from mmidx_builder import sampling
 from mmidx_builder.format import IndexedFile
 from mmidx_builder.hf.common import joined_batches, shard_ranges
-from mmidx_builder.hf.readahead import ShardReadAhead
+from mmidx_builder.hf.readahead import ReadAhead, ShardReadAhead
 
 
 class CountingMaker:
@@ -67,6 +67,33 @@ def test_any_order_of_shards_gets_exactly_its_rows(num_rows, num_shards, limit, 
     make = CountingMaker()
     read_ahead = ShardReadAhead(make, layout, limit=limit)
     assert served(read_ahead, layout, order) == [list(range(*layout[s])) for s in order]
+
+
+def calls_of(layout, order, rows_per_table):
+    """The (key, rows) batches a stream's calls for shards ``order`` give, as _generate_tables cuts them."""
+    return [[(shard, np.arange(first, min(first + rows_per_table, layout[shard][1])))
+             for first in range(layout[shard][0], layout[shard][1], rows_per_table)] for shard in order]
+
+
+@settings(max_examples=40, deadline=None)
+@given(num_rows=st.integers(1, 400), num_shards=st.integers(1, 60), limit=st.integers(0, 4000),
+       order=st.lists(st.integers(0, 10**6), max_size=40), stride=st.integers(1, 4))
+def test_remote_read_ahead_serves_exactly_the_rows_asked_for_within_its_bound(num_rows, num_shards, limit, order,
+                                                                               stride):
+    """Background reads (ReadAhead, for remote sources): a strided walk, then any order (a jump,
+    a new pass, a shuffled one); every table holds the rows asked for, nothing is held past the end."""
+    layout = shard_ranges(num_rows, num_shards)
+    order = list(range(0, len(layout), stride)) + [i % len(layout) for i in order]
+    make = CountingMaker()
+    read_ahead = ReadAhead(make, layout, rows_per_table=7, limit_bytes=limit, threads=3)
+    for call in calls_of(layout, order, 7):
+        got = [(key, table.column("row").to_numpy().tolist()) for key, table in read_ahead.tables(call)]
+        assert got == [(key, rows.tolist()) for key, rows in call]
+    assert read_ahead.peak_bytes <= limit
+    # Rows that are not a shard's (a rank's micro-batches) are served in order too.
+    chunks = [np.array([5, 1, 3]) % num_rows, np.arange(num_rows)[::-1], np.arange(0, 0)]
+    got = [table.column("row").to_numpy().tolist() for _, table in read_ahead.tables((None, c) for c in chunks)]
+    assert got == [c.tolist() for c in chunks]
 
 
 def test_joined_batches_keep_keys_counts_and_order():

@@ -126,7 +126,7 @@ class ReadAhead:
         self._pool = None
         self._pending = OrderedDict()  # key -> (future, estimated bytes), in the order asked for
         self._held = 0  # estimated bytes of pending tables and of dropped ones still being made
-        self.peak_bytes = 0
+        self.peak_bytes = 0  # the most held at once (benchmarks report it)
         self._row_bytes = 0  # the largest bytes per row seen; 0: nothing made yet, nothing made ahead
         self._last = None  # the shard the last call started at
         self._stride = 0
