@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from .. import provenance
 from .._io import file_identity, is_remote
-from ..dtypes import cast_tokens, integer_dtype
+from ..dtypes import integer_dtype
 from ..errors import ParameterError
 from ..format import IndexedFile, split_prefix
 from ..megatron.args import settings_from_megatron_args
@@ -213,9 +213,9 @@ def _read_ahead(split: MegatronSplit, num_shards: int, opener) -> ShardReadAhead
 
 
 def megatron_table(built, split: MegatronSplit, rows: np.ndarray) -> pa.Table:
-    tokens, dataset_ids, structure = split_samples(built, rows, split.document_structure)
+    tokens, dataset_ids, structure = split_samples(built, rows, split.document_structure, split.dtype)
     length = built.sample_length
-    columns = {"input_ids": fixed_size_lists(cast_tokens(tokens, split.dtype), length)}
+    columns = {"input_ids": fixed_size_lists(tokens, length)}
     if split.with_dataset_id:
         columns["dataset_id"] = pa.array(dataset_ids)
     if structure is not None:
