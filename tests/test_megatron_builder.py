@@ -274,3 +274,12 @@ def test_token_ids_never_turn_into_floats_in_a_blend(tmp_path):
     assert set(np.unique(ids[rows["dataset_id"] == 0]).tolist()) <= {1, 2, 3, 4, 5}
     stream = load_dataset("mmidx", **call, dtype="int64", split="train", streaming=True)
     assert [row["input_ids"] for row in stream] == dd["train"]["input_ids"]
+
+
+def test_collator_flags_is_refused_not_overwritten(folder, tmp_path):
+    """The flags change batches, not samples: load_dataset used to accept collator_flags and
+    overwrite it silently; it is refused, naming MegatronCollator."""
+    prefix = str(folder / "data" / "a_text_document")
+    with pytest.raises(ParameterError, match="MegatronCollator"):
+        load_dataset("mmidx", data_path=[prefix], split_ratios="1", seq_length=8,
+                     collator_flags={"reset_position_ids": True}, cache_dir=str(tmp_path))

@@ -71,12 +71,13 @@ class MegatronConfig(BaseConfig):
     document_structure: bool = False
     index_cache_dir: str | None = None
     dtype: str | None = None
-    collator_flags: dict = field(default_factory=dict, repr=False)  # from megatron_args, for MegatronCollator
+    # Not a setting: the flags change batches, not samples. Declared only to refuse it by name.
+    collator_flags: dict | None = field(default=None, repr=False)
 
     def resolved(self) -> dict:
         """The settings, ``megatron_args`` read and the explicit ones laid over it."""
         settings = settings_from_megatron_args(self.megatron_args) if self.megatron_args else {}
-        self.collator_flags = settings.pop("collator_flags", {})
+        settings.pop("collator_flags", None)  # MegatronCollator's, not the samples'
         explicit = {name: getattr(self, name) for name in (*PATH_SETTINGS, "split_ratios", "num_samples",
                                                            "mid_level_dataset_surplus", "seq_length", "seed")}
         if any(explicit[name] is not None for name in PATH_SETTINGS):
@@ -95,6 +96,10 @@ class MegatronConfig(BaseConfig):
 
     def validate(self) -> None:
         super().validate()
+        if self.collator_flags is not None:
+            raise ParameterError(
+                f"collator_flags={self.collator_flags!r} does not change the samples, so load_dataset does not take "
+                "it: pass the flags to MegatronCollator(reset_position_ids=..., eod_mask_loss=..., ...)")
         settings = self.resolved()
         check_integer("seq_length", settings["seq_length"], 1)
         check_integer("seed", settings["seed"], 0)
