@@ -360,3 +360,26 @@ def test_document_structure_rows_through_the_rank_stream(data, tmp_path, torch):
     via_arrow = list(megatron_rank_stream(dataset, 1, 2, 3, consumed_samples=2))
     assert via_stream == via_arrow and len(via_stream) > 10
     assert all(sum(row["piece_lengths"]) == SEQ_LENGTH + 1 for row in via_stream)
+
+
+@pytest.mark.parametrize("source", ["arrow", "stream"])
+def test_a_loader_batch_size_other_than_the_micro_batch_is_refused_with_workers(source, data, sampler_class, torch):
+    """DataLoader(batch_size=4, num_workers=2) over a stream of micro_batch_size=2 takes each
+    batch of 4 from one worker: micro-batches 0, 2 then 1, 3, out of Megatron's order. It is
+    refused, naming the batch_size to use; without workers any batch size keeps the order."""
+    from torch.utils.data import DataLoader
+
+    from mmidx_builder import megatron_rank_stream
+
+    total = len(data["arrow"])
+    ranked = megatron_rank_stream(data[source], 0, 2, 2)
+    expected = megatron_order(sampler_class, total, 0, 2, 0, 2)
+    for batch_size in (4, 3, 1, None):
+        loader = DataLoader(ranked, batch_size=batch_size, num_workers=2, collate_fn=list if batch_size else None)
+        with pytest.raises(ParameterError, match=r"use batch_size=2"):
+            list(loader)
+    for workers in (0, 1):
+        batches = list(DataLoader(ranked, batch_size=4, num_workers=workers, collate_fn=list))
+        assert positions_of([row for b in batches for row in b], data) == expected
+    batches = list(DataLoader(ranked, batch_size=2, num_workers=2, collate_fn=list))
+    assert positions_of([row for b in batches for row in b], data) == expected
