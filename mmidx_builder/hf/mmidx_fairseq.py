@@ -119,7 +119,8 @@ class MMIdxFairseq(BaseBuilder):
                              upsample_primary=config.upsample_primary, dictionaries=dictionaries, bpe=config.bpe)
             pairs, _ = _opened(plan, open)
             provenance.record_split(self.info, split, kind=self.name, files=originals[0::2], rows=pairs.num_pairs,
-                                    settings={"upsample_primary": config.upsample_primary})
+                                    settings={"upsample_primary": config.upsample_primary},
+                                    sources=(pairs.source, pairs.target))
             split_features = {"id": datasets.Value("int64"),
                               "source": datasets.List(datasets.Value(pairs.source.dtype.name)),
                               "target": datasets.List(datasets.Value(pairs.target.dtype.name))}

@@ -198,7 +198,7 @@ class MMIdxMegatron(BaseBuilder):
                 settings={"seq_length": settings["seq_length"], "seed": settings["seed"],
                           "add_extra_token": config.add_extra_token, "blend": plan.blend,
                           "weights": plan.weights, "size": plan.size, "ratio": plan.ratio,
-                          "num_samples": [p.num_samples for p in plan.parts]},
+                          "num_samples": [p.num_samples for p in plan.parts]}, sources=built.sources,
                 facts=provenance.tokenizer_facts([r for f in split.files for r in f[1:2]], dl_manager, open))
             generators.append(self._split_generator(name, split, built.rows, f"{len(plan.parts)} dataset(s)"))
         self._set_features(features)

@@ -34,9 +34,11 @@ Rows have the dataset's format (``with_format``) as iterating the dataset would 
 State. ``state_dict()`` is ``{"consumed_samples": C, "fingerprint": {...}, ...}``: C is the
 global count of samples consumed by all ranks, Megatron's ``consumed_samples``, so a state
 loads into a stream of any ``world_size`` and ``micro_batch_size`` (elastic resume). The
-fingerprint is what fixes which sample sits at which position (the files, ``seq_length``,
-``seed``, ``num_epochs``/``num_samples``, ``add_extra_token``, the row count), read from
-what the builder recorded in ``dataset.info`` (see provenance.py); a state of another dataset
+fingerprint is what fixes which sample sits at which position (the files' names, sequence and
+token counts, a hash of their lengths and a split's sequence range, ``seq_length``, ``seed``,
+``num_epochs``/``num_samples``, ``add_extra_token``, the row count), read from what the
+builder recorded in ``dataset.info`` (provenance.order_fingerprint, one function for every
+kind); a state of another dataset
 is refused with :class:`ParameterError` naming the setting that differs.
 
 The count is kept by the process that iterates: exact in the main process with
