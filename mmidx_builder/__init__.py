@@ -10,7 +10,7 @@ them and ``import mmidx_builder.format`` stays light. Public names are loaded on
     what training     sampling (Megatron's indices and sample assembly)
     sees
     datasets          hf/ (one builder per source kind; "mmidx" picks the kind), registry
-    training          training/ (MegatronCollator, megatron_rank_stream), provenance (EOD id)
+    training          training/ (MegatronCollator, megatron_rank_stream, arrow_rows), provenance (EOD id)
     tools             convert, card, hub, stats, cli/
 """
 
@@ -44,6 +44,7 @@ _LAZY = {
     # The training helpers use torch (an optional extra) when called.
     "MegatronCollator": "training",
     "megatron_rank_stream": "training",
+    "arrow_rows": "training",
 }
 
 # Not the training helpers: `from mmidx_builder import *` must work without torch.

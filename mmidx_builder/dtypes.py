@@ -7,6 +7,7 @@
     raw files' token dtype        n_bytes tokens plus one EOF id            raw_token_dtype
     an output dtype a user asks   an integer numpy dtype name               integer_dtype
     casting tokens to it          refuse values that would not survive      cast_tokens
+    one dtype for a blend's ids   every part's ids, never floats            common_token_dtype
 
 This module imports numpy only.
 """
@@ -116,5 +117,26 @@ def cast_tokens(tokens: np.ndarray, dtype) -> np.ndarray:
     return converted
 
 
-__all__ = ["DTYPE_TABLES", "FAIRSEQ_DTYPES", "Flavour", "MEGATRON_DTYPES", "cast_tokens", "dtype_code",
+def common_token_dtype(dtypes, names=None) -> np.dtype:
+    """The dtype that holds the ids of every part of a blend (a uint16 file with an int32 one:
+    int32). Token ids are never floats: numpy's promotion of int64 with uint64 is float64,
+    which would round ids above 2**53, so such a mix (and any mix with a float ``.bin``) is
+    refused, naming the parts, with the way out: ``dtype=`` stores the ids as one integer
+    dtype and checks that every value fits. ``names`` label the parts in the message."""
+    dtypes = [np.dtype(d) for d in dtypes]
+    if not dtypes:
+        raise ParameterError("no token dtype to combine: the blend has no part")
+    if all(d == dtypes[0] for d in dtypes):
+        return dtypes[0]
+    common = np.result_type(*dtypes)
+    if common.kind in "iu" and all(d.kind in "iu" for d in dtypes):
+        return common
+    names = list(names) if names is not None else [f"part {i}" for i in range(len(dtypes))]
+    found = ", ".join(f"{name}: {d.name}" for name, d in zip(names, dtypes))
+    raise ParameterError(f"the blend's files have no common integer dtype ({found}; numpy would make the ids "
+                         f"{common.name}); pass dtype='int64' (or another integer dtype that holds every id) "
+                         "to store them as that, every value checked")
+
+
+__all__ = ["DTYPE_TABLES", "FAIRSEQ_DTYPES", "Flavour", "MEGATRON_DTYPES", "cast_tokens", "common_token_dtype", "dtype_code",
            "integer_dtype", "megatron_writer_dtype", "raw_token_dtype", "smallest_dtype"]

@@ -179,7 +179,7 @@ class MemmapBinReader(BinReader):
     def check_size(self) -> None:
         """A mapped file that shrank kills the process with SIGBUS on the next read of a lost
         page, with no message; a stat before each read turns that into a FormatError. (A
-        shrink between this check and the copy still cannot be caught: see the README.)"""
+        shrink between this check and the copy still cannot be caught: see docs/testing.md, Reliability.)"""
         size = os.stat(self.path).st_size
         if size < self.size:
             raise FormatError(self.path, "file size", f"{self.size} bytes, as when it was opened",

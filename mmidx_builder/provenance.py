@@ -152,18 +152,41 @@ def raw_facts(n_bytes: int) -> dict:
             "eod_id": 2 ** (8 * n_bytes), "append_eod": True}
 
 
-def split_record(*, kind: str, files, settings: dict, rows: int, source=None, facts: dict | None = None) -> dict:
-    """What a builder records for one split (see the module docstring): ``facts`` about the
-    tokens (tokenizer_facts / raw_facts), and the split's order: the builder kind, the files,
-    the settings that decide which sample comes at which position, the row count and the
-    source's sequence lengths."""
-    record = dict(facts or _common([]))
+def source_fingerprint(source) -> dict:
+    """What of a token source decides the samples: its sequence count, token count, a hash of
+    its lengths and, for a Megatron split's part, the sequence range it covers. Two files of
+    one name (``x/a_text_document``, ``y/a_text_document``) or one file under two split strings
+    differ here."""
+    lengths = np.asarray(source.sequence_lengths)
+    found = {"num_sequences": int(len(lengths)), "num_tokens": int(lengths.sum(dtype=np.int64)),
+             "lengths_sha256": _lengths_digest(lengths)}
+    if hasattr(source, "begin") and hasattr(source, "end"):
+        found["sequence_range"] = [int(source.begin), int(source.end)]
+    return found
+
+
+def order_fingerprint(*, kind: str, files, settings: dict, rows: int, sources=()) -> dict:
+    """The one fingerprint of a split's sample order, for every kind (the rank stream compares
+    it when a state is loaded): the builder kind, the files' names, the settings that decide
+    which sample comes at which position, the row count, and :func:`source_fingerprint` of
+    each source (flat for one, a list under ``"sources"`` for a blend's parts)."""
     order = {"mode": kind, "files": [os.path.basename(str(p)) for p in files], **settings, "rows": int(rows)}
-    lengths = getattr(source, "sequence_lengths", None)
-    if lengths is not None:
-        order.update(num_sequences=int(len(lengths)), num_tokens=int(np.asarray(lengths).sum(dtype=np.int64)),
-                     lengths_sha256=_lengths_digest(lengths))
-    record["order"] = order
+    sources = list(sources)
+    if len(sources) == 1:
+        order.update(source_fingerprint(sources[0]))
+    elif sources:
+        order["sources"] = [source_fingerprint(s) for s in sources]
+    return order
+
+
+def split_record(*, kind: str, files, settings: dict, rows: int, source=None, sources=(),
+                 facts: dict | None = None) -> dict:
+    """What a builder records for one split (see the module docstring): ``facts`` about the
+    tokens (tokenizer_facts / raw_facts), and the split's order (:func:`order_fingerprint`
+    over ``source``, or the several ``sources`` of a blend or of a pair's two sides)."""
+    record = dict(facts or _common([]))
+    record["order"] = order_fingerprint(kind=kind, files=files, settings=settings, rows=rows,
+                                        sources=[source] if source is not None else sources)
     return record
 
 

@@ -126,3 +126,11 @@ class MegatronTokenizer:
     pad = -1
     vocab_size = None
     unique_identifiers = {"class": "MegatronTokenizer"}
+
+
+def pytest_terminal_summary(terminalreporter):
+    """How many documented code blocks did not run (tests/test_docs.py), so that a skip is seen."""
+    skipped = [r for r in terminalreporter.stats.get("skipped", []) if "test_docs.py" in getattr(r, "nodeid", "")]
+    if skipped:
+        terminalreporter.write_line(f"docs: {len(skipped)} code block(s) of README.md and docs/ not run "
+                                    "(marked skip-test, or a package missing); `pytest -rs tests/test_docs.py` says why")

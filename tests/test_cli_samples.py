@@ -89,3 +89,51 @@ def test_epochs_and_samples_exclude_each_other(prefix):
 def test_missing_file_is_one_line(tmp_path, capsys):
     assert main(["samples", str(tmp_path / "nothing"), "--seq-length", "8"]) == 1
     assert "nothing" in capsys.readouterr().err
+
+
+# --- every option changes the result or is refused (issue 20, item 7) -------------------------
+
+def _megatron_command(prefix, seq_length=8, seed=None):
+    seed = "" if seed is None else f" --seed {seed}"
+    return (f"--data-path {prefix} --split 1,0,0 --seq-length {seq_length}{seed} --train-iters 3 "
+            "--global-batch-size 4 --eval-iters 1 --eval-interval 2")
+
+
+def test_seq_length_seed_and_no_extra_token_apply_to_a_megatron_command_line(prefix, capsys):
+    """Beside --megatron-args, --seq-length and --seed override the command line's (as
+    load_dataset's keywords do) and --no-extra-token gives seq_length-token samples: the same
+    report as those values written inside the command line."""
+    overridden = run_json(capsys, "--megatron-args", _megatron_command(prefix, 8, 5), "--seq-length", "6",
+                          "--seed", "9", "--show", "0:6")
+    written = run_json(capsys, "--megatron-args", _megatron_command(prefix, 6, 9), "--show", "0:6")
+    default = run_json(capsys, "--megatron-args", _megatron_command(prefix, 8, 5), "--show", "0:6")
+    assert overridden == written != default
+    assert {len(s["input_ids"]) for s in written["train"]["samples"]} == {7}
+    short = run_json(capsys, "--megatron-args", _megatron_command(prefix, 6, 9), "--no-extra-token", "--show", "0:6")
+    assert {len(s["input_ids"]) for s in short["train"]["samples"]} == {6}
+    from datasets import load_dataset
+
+    import mmidx_builder  # noqa: F401
+    expected = load_dataset("mmidx", megatron_args=_megatron_command(prefix, 6, 9), add_extra_token=False,
+                            split="train", streaming=True)
+    assert [s["input_ids"] for s in short["train"]["samples"]] == [r["input_ids"] for r, _ in zip(expected, range(6))]
+
+
+@pytest.mark.parametrize("extra, words", [
+    (["--num-epochs", "2"], "--train-samples or --train-iters"),
+    (["--num-samples", "20"], "--train-samples or --train-iters"),
+    (["--first", "2"], "--show START:STOP"),
+    (["--save-indices", "somewhere"], "PATH"),
+])
+def test_options_a_megatron_command_line_cannot_use_are_refused(prefix, capsys, extra, words):
+    assert main(["samples", "--megatron-args", _megatron_command(prefix), *extra]) == 1
+    err = capsys.readouterr().err
+    assert extra[0] in err and words in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("extra, words", [(["--split-name", "train"], "--megatron-args"),
+                                          (["--show", "0:2"], "--first")])
+def test_megatron_only_options_are_refused_with_a_path(prefix, capsys, extra, words):
+    assert main(["samples", prefix, "--seq-length", "8", *extra]) == 1
+    err = capsys.readouterr().err
+    assert extra[0] in err and words in err

@@ -250,3 +250,36 @@ def test_a_blend_of_uint16_and_int32_files_loads_every_token_id(tmp_path):
 def test_megatron_args_refused_where_megatron_lm_refuses(command, message):
     with pytest.raises(ParameterError, match=message):
         settings_from_megatron_args(command)
+
+
+def test_token_ids_never_turn_into_floats_in_a_blend(tmp_path):
+    """numpy promotes int64 with uint64 (fairseq's code 10) to float64, which rounds ids above
+    2**53. Such a blend is refused, naming the files and dtype=; with dtype="int64" every id
+    is stored exactly."""
+    signed = write_documents(tmp_path / "signed", [[1, 2, 3, 4, 5]] * 50, dtype=np.int64)
+    big = [2**53 + 1, 2**53 + 3, 7]  # not representable in float64: rounding would show
+    unsigned = write_documents(tmp_path / "unsigned", [big] * 50, dtype=np.uint64, flavour="fairseq")
+    call = dict(data_path=["0.5", signed, "0.5", unsigned], split_ratios="1", num_samples={"train": 40},
+                seq_length=4, seed=1)
+    with pytest.raises(ParameterError) as error:
+        load_dataset("mmidx", **call, cache_dir=str(tmp_path / "hf0"))
+    assert "int64" in str(error.value) and "uint64" in str(error.value) and "dtype=" in str(error.value)
+    assert "signed" in str(error.value) and "unsigned" in str(error.value)
+    dd = load_dataset("mmidx", **call, dtype="int64", cache_dir=str(tmp_path / "hf1"))
+    assert dd["train"].features["input_ids"].feature.dtype == "int64"
+    rows = dd["train"].with_format("numpy")[:]
+    ids = np.asarray(rows["input_ids"])
+    assert ids.dtype == np.int64
+    assert set(np.unique(ids[rows["dataset_id"] == 1]).tolist()) == set(big)
+    assert set(np.unique(ids[rows["dataset_id"] == 0]).tolist()) <= {1, 2, 3, 4, 5}
+    stream = load_dataset("mmidx", **call, dtype="int64", split="train", streaming=True)
+    assert [row["input_ids"] for row in stream] == dd["train"]["input_ids"]
+
+
+def test_collator_flags_is_refused_not_overwritten(folder, tmp_path):
+    """The flags change batches, not samples: load_dataset used to accept collator_flags and
+    overwrite it silently; it is refused, naming MegatronCollator."""
+    prefix = str(folder / "data" / "a_text_document")
+    with pytest.raises(ParameterError, match="MegatronCollator"):
+        load_dataset("mmidx", data_path=[prefix], split_ratios="1", seq_length=8,
+                     collator_flags={"reset_position_ids": True}, cache_dir=str(tmp_path))

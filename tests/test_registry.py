@@ -111,3 +111,62 @@ def test_the_named_builder_never_scans_the_working_directory(tmp_path):
                       "try:\n    datasets.load_dataset('mmidx', seq_length=8, cache_dir='c')\n"
                       "except Exception as e:\n    print(type(e).__name__, e)", folder)
         assert result.stdout.startswith("ParameterError no data files"), result.stdout + result.stderr
+
+
+# --- one place decides whether a folder is ours (issue 20, item 2) ---------------------------
+
+def _published_folder(folder, write_corpus, extra_files):
+    """A tokenized corpus as people share it: the pairs, and beside them the tokenizer files
+    (or notes) that datasets would otherwise take for the data."""
+    rng = np.random.default_rng(5)
+    documents = [rng.integers(0, 50_000, int(n)).tolist() for n in rng.integers(1, 40, 57)]
+    # Named as Megatron's preprocess_data names them, so every file lands in datasets' "train".
+    write_corpus(folder, {"corpus_text_document": documents, "more_text_document": documents[:20]})
+    for name, text in extra_files.items():
+        (folder / name).write_text(text)
+    return folder
+
+
+TOKENIZER_FILES = {"tokenizer.json": '{"version": "1.0", "model": {"type": "BPE"}}',
+                   "tokenizer_config.json": '{"eos_token": "<|endoftext|>"}',
+                   "special_tokens_map.json": '{"eos_token": "<|endoftext|>"}'}
+
+
+def test_a_folder_published_with_its_tokenizer_is_ours(tmp_path, write_corpus):
+    """datasets counts extensions: three .json beat one .bin, and a .txt beats a .bin on the
+    alphabet. With pairs in the folder the other files are ignored, and the rows are those of
+    the pairs alone."""
+    plain = _published_folder(tmp_path / "plain", write_corpus, {})
+    expected = datasets.load_dataset(str(plain), seq_length=8, cache_dir=str(tmp_path / "c0"))
+    for i, extra in enumerate((TOKENIZER_FILES, {"NOTES.txt": "made with mmidx convert\n"},
+                               {**TOKENIZER_FILES, "NOTES.txt": "notes\n", "README.md": "# a corpus\n\nno card yet\n"})):
+        folder = _published_folder(tmp_path / f"published{i}", write_corpus, extra)
+        loaded = datasets.load_dataset(str(folder), seq_length=8, cache_dir=str(tmp_path / f"c{i + 1}"))
+        assert list(loaded) == ["train"], extra
+        assert loaded["train"]["input_ids"] == expected["train"]["input_ids"], extra
+        stream = datasets.load_dataset(str(folder), seq_length=8, split="train", streaming=True)
+        assert [row["input_ids"] for row in stream] == expected["train"]["input_ids"]
+
+
+def test_a_folder_without_pairs_keeps_datasets_rule(tmp_path):
+    """Only pairs make a folder ours: a lone .bin (a model's weights) beside JSON stays JSON."""
+    (tmp_path / "pytorch_model.bin").write_bytes(b"\0" * 64)
+    (tmp_path / "a.json").write_text('{"text": "x"}\n')
+    (tmp_path / "b.json").write_text('{"text": "y"}\n')
+    module = datasets.load.dataset_module_factory(str(tmp_path))
+    assert module.module_path.endswith(".json")
+    assert not registry.holds_pairs([str(tmp_path / "pytorch_model.bin")])
+
+
+def test_data_dir_alone_reaches_the_builder(tmp_path):
+    """The README's raw-files call names the folder with data_dir and no data_files; the
+    empty-pattern check must not need data_files (it raised TypeError)."""
+    for label, size in (("cat", 300), ("dog", 500)):
+        (tmp_path / "data" / label).mkdir(parents=True)
+        (tmp_path / "data" / label / f"{size}.jpg").write_bytes(np.random.default_rng(size).bytes(size))
+    by_dir = datasets.load_dataset("mmidx", data_dir=str(tmp_path / "data"), n_bytes=1, seq_length=64,
+                                   style="diff", cache_dir=str(tmp_path / "c1"))
+    by_files = datasets.load_dataset("mmidx", data_files={"train": str(tmp_path / "data" / "**")}, n_bytes=1,
+                                     seq_length=64, style="diff", cache_dir=str(tmp_path / "c2"))
+    assert by_dir["train"].num_rows == -(-301 // 64) + -(-501 // 64)
+    assert by_dir["train"]["input_ids"] == by_files["train"]["input_ids"]

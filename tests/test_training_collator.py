@@ -174,10 +174,12 @@ def test_zero_length_pieces_give_megatrons_cu_seqlens(megatron, torch, tmp_path)
         flags = (False, False, False, False, True)
         theirs_dataset = megatron_items(megatron, prefix, tmp_path / "megatron", flags, extra, len(dataset))
         collate = MegatronCollator(EOD, *flags, add_extra_token=extra)
+        whole = collate(dataset.with_format("arrow")[:])  # every row in one batch: rows of 0-length pieces too
         for i in range(len(dataset)):
             ours, theirs = collate([dataset[i]]), default_collate([theirs_dataset[i]])
             for key in ("tokens", "labels", "loss_mask", "position_ids", "max_seqlen", "cu_seqlens"):
                 assert torch.equal(ours[key], theirs[key]), (key, i, extra)
+                assert torch.equal(whole[key][i], theirs[key][0]), (key, i, extra, "one batch")
             bounds = theirs["cu_seqlens"][0].numpy()
             repeated += int((np.diff(bounds[:np.argmax(bounds)]) == 0).any())
     assert repeated > 0  # zero-length pieces really occur in these samples
@@ -244,3 +246,24 @@ def test_package_imports_without_torch_and_names_the_extra():
     """)
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_dataloader_over_arrow_rows_gives_gptdatasets_batches(megatron, torch, corpora, tmp_path, workers):
+    """DataLoader over Dataset.with_format("arrow") fails in datasets 5.2 (its __getitems__
+    indexes the batch table like a dict); arrow_rows hands the collator one table per batch."""
+    from torch.utils.data import DataLoader, default_collate
+
+    from mmidx_builder import MegatronCollator, arrow_rows
+
+    prefix, dataset, _ = corpora["eod_inside", True]
+    for flags in ((True, True, True, True, False), (True, False, True, False, True)):
+        theirs_dataset = megatron_items(megatron, prefix, tmp_path / "megatron", flags, True, len(dataset))
+        order = np.random.RandomState(1).permutation(len(dataset))[:3 * MICRO_BATCH].tolist()
+        loader = DataLoader(arrow_rows(dataset), batch_size=MICRO_BATCH, sampler=order, num_workers=workers,
+                            collate_fn=MegatronCollator(EOD, *flags))
+        batches = list(loader)
+        assert len(batches) == 3
+        for b, ours in enumerate(batches):
+            ids = order[b * MICRO_BATCH:(b + 1) * MICRO_BATCH]
+            assert_same_batch(ours, default_collate([theirs_dataset[i] for i in ids]), torch, f"{flags} batch {b}")

@@ -366,3 +366,92 @@ def test_document_structure_rows_through_the_rank_stream(data, tmp_path, torch):
     via_arrow = list(megatron_rank_stream(dataset, 1, 2, 3, consumed_samples=2))
     assert via_stream == via_arrow and len(via_stream) > 10
     assert all(sum(row["piece_lengths"]) == SEQ_LENGTH + 1 for row in via_stream)
+
+
+@pytest.mark.parametrize("source", ["arrow", "stream"])
+def test_a_loader_batch_size_other_than_the_micro_batch_is_refused_with_workers(source, data, sampler_class, torch):
+    """DataLoader(batch_size=4, num_workers=2) over a stream of micro_batch_size=2 takes each
+    batch of 4 from one worker: micro-batches 0, 2 then 1, 3, out of Megatron's order. It is
+    refused, naming the batch_size to use; without workers any batch size keeps the order."""
+    from torch.utils.data import DataLoader
+
+    from mmidx_builder import megatron_rank_stream
+
+    total = len(data["arrow"])
+    ranked = megatron_rank_stream(data[source], 0, 2, 2)
+    expected = megatron_order(sampler_class, total, 0, 2, 0, 2)
+    for batch_size in (4, 3, 1, None):
+        loader = DataLoader(ranked, batch_size=batch_size, num_workers=2, collate_fn=list if batch_size else None)
+        with pytest.raises(ParameterError, match=r"use batch_size=2"):
+            list(loader)
+    for workers in (0, 1):
+        batches = list(DataLoader(ranked, batch_size=4, num_workers=workers, collate_fn=list))
+        assert positions_of([row for b in batches for row in b], data) == expected
+    batches = list(DataLoader(ranked, batch_size=2, num_workers=2, collate_fn=list))
+    assert positions_of([row for b in batches for row in b], data) == expected
+
+
+def test_a_megatron_state_is_refused_on_other_files_of_the_same_name_or_another_split_range(tmp_path, torch):
+    """The Megatron kind's fingerprint held the files' base names and the split ratio only: a
+    state of x/a_text_document loaded into a stream of y/a_text_document (other content), and a
+    validation state moved between split strings 90,10,0 and 85,10,5 (the same ratio, another
+    range of sequences)."""
+    from datasets import load_dataset
+
+    from mmidx_builder import megatron_rank_stream
+
+    for folder, seed in (("x", 0), ("y", 1)):
+        (tmp_path / folder).mkdir()
+        write_unique_corpus(str(tmp_path / folder / "a_text_document"), np.random.RandomState(seed), documents=200)
+
+    def stream(folder, split_ratios, split):
+        return load_dataset("mmidx", data_path=[str(tmp_path / folder / "a_text_document")], split_ratios=split_ratios,
+                            seq_length=SEQ_LENGTH, seed=3, split=split, streaming=True)
+
+    def state(dataset):
+        ranked = megatron_rank_stream(dataset, 0, 1, 2)
+        list(itertools.islice(iter(ranked), 4))
+        return ranked.state_dict()
+
+    saved = state(stream("x", "90,10,0", "train"))
+    megatron_rank_stream(stream("x", "90,10,0", "train"), 0, 2, 1).load_state_dict(saved)  # the same: loads
+    with pytest.raises(ParameterError, match="lengths_sha256|num_tokens|num_sequences"):
+        megatron_rank_stream(stream("y", "90,10,0", "train"), 0, 1, 2).load_state_dict(saved)
+    validation = state(stream("x", "90,10,0", "validation"))
+    with pytest.raises(ParameterError, match="sequence_range"):
+        megatron_rank_stream(stream("x", "85,10,5", "validation"), 0, 1, 2).load_state_dict(validation)
+
+
+def test_every_kind_records_the_fingerprint_of_its_sources(tmp_path, torch):
+    """One fingerprint function for every kind: the rank stream's fingerprint of a stream of
+    .bin/.idx pairs, a Megatron blend, raw chunks and fairseq pairs holds sequence and token
+    counts and a hash of the lengths."""
+    from datasets import load_dataset
+
+    from mmidx_builder import megatron_rank_stream
+    from mmidx_builder.format import write_documents
+
+    prefix = str(tmp_path / "a_text_document")
+    write_unique_corpus(prefix, np.random.RandomState(4), documents=60)
+    write_unique_corpus(prefix + "_copy", np.random.RandomState(5), documents=60)
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "one.dat").write_bytes(bytes(range(200)))
+    pairs = tmp_path / "data-bin"
+    pairs.mkdir()
+    for side in ("de", "en"):
+        write_documents(pairs / f"train.de-en.{side}", [[5, 6, 2], [7, 2]] * 5, dtype=np.int32, flavour="fairseq")
+    streams = {
+        "pairs": load_dataset(str(tmp_path), data_files={"train": prefix + ".bin"}, seq_length=SEQ_LENGTH,
+                              split="train", streaming=True),
+        "megatron": load_dataset("mmidx", data_path=["0.5", prefix, "0.5", prefix + "_copy"], split_ratios="1",
+                                 num_samples=50, seq_length=SEQ_LENGTH, split="train", streaming=True),
+        "raw chunks": load_dataset("mmidx", data_files={"train": str(raw / "*.dat")}, n_bytes=1, seq_length=16,
+                                   style="diff", split="train", streaming=True),
+        "fairseq": load_dataset("mmidx", data_files={"train": str(pairs / "*.bin")}, split="train", streaming=True),
+    }
+    for kind, dataset in streams.items():
+        fingerprint = megatron_rank_stream(dataset, 0, 1, 1).fingerprint
+        parts = fingerprint.get("sources") or [fingerprint]
+        assert all({"num_sequences", "num_tokens", "lengths_sha256"} <= set(part) for part in parts), kind
+    assert len(megatron_rank_stream(streams["megatron"], 0, 1, 1).fingerprint["sources"]) == 2

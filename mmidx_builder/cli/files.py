@@ -34,10 +34,10 @@ def add_commands(commands) -> None:
     amount = p.add_mutually_exclusive_group()
     amount.add_argument("--num-epochs", type=int, help="whole epochs (default: 1)")
     amount.add_argument("--num-samples", type=int, help="samples, Megatron's way (may end inside an epoch)")
-    p.add_argument("--seed", type=int, default=1234, help="Megatron's --seed (default 1234)")
+    p.add_argument("--seed", type=int, help="Megatron's --seed (default 1234)")
     p.add_argument("--no-extra-token", action="store_true",
                    help="samples of seq_length tokens without overlap (add_extra_token_to_sequence=False)")
-    p.add_argument("--first", type=int, default=3, metavar="K", help="print the first K samples (default 3)")
+    p.add_argument("--first", type=int, metavar="K", help="with PATH: print the first K samples (default 3)")
     p.add_argument("--json", action="store_true", help="one JSON object with the whole index arrays")
     p.add_argument("--save-indices", metavar="DIR", help="write the index arrays to DIR as .npy")
     p.set_defaults(run=_samples)
@@ -102,6 +102,9 @@ def _megatron_samples(args) -> None:
     from ..megatron.splits import build_split, split_samples
 
     settings = settings_from_megatron_args(args.megatron_args)
+    # Given beside the command line, these override it, as load_dataset's keywords do.
+    settings.update({name: value for name, value in (("seq_length", args.seq_length), ("seed", args.seed))
+                     if value is not None})
     plans = megatron_plan(**{k: settings.get(k) for k in ("data_path", "split_ratios", "train_data_path",
                                                           "valid_data_path", "test_data_path", "num_samples",
                                                           "mid_level_dataset_surplus") if k in settings})
@@ -110,7 +113,8 @@ def _megatron_samples(args) -> None:
     for name, plan in plans.items():
         if args.split_name and name != args.split_name:
             continue
-        built = build_split(plan, sources, seq_length=settings["seq_length"], seed=settings["seed"])
+        built = build_split(plan, sources, seq_length=settings["seq_length"], seed=settings["seed"],
+                            add_extra_token=not args.no_extra_token)
         shown = _parse_range(args.show or "0:3", built.rows)
         tokens, dataset_ids, _ = split_samples(built, list(shown))
         report[name] = {"rows": built.rows, "blend": plan.blend, "size": plan.size,
@@ -133,6 +137,13 @@ def _megatron_samples(args) -> None:
             print(f"  {sample['position']}\t[{sample['dataset_id']}]\t{' '.join(map(str, sample['input_ids']))}")
 
 
+def _refuse(args, alternatives: dict, where: str) -> None:
+    """An option that would be ignored is refused, naming what to use instead."""
+    for name, instead in alternatives.items():
+        if getattr(args, name) is not None:
+            raise ParameterError(f"--{name.replace('_', '-')} does not apply {where}; use {instead}")
+
+
 def _samples(args) -> None:
     import numpy as np
 
@@ -142,10 +153,17 @@ def _samples(args) -> None:
     if args.megatron_args:
         if args.path:
             raise ParameterError("give PATH or --megatron-args, not both")
+        _refuse(args, {"num_epochs": "--train-samples or --train-iters inside --megatron-args",
+                       "num_samples": "--train-samples or --train-iters inside --megatron-args",
+                       "first": "--show START:STOP", "save_indices": "PATH (one prefix) instead of --megatron-args"},
+                "with --megatron-args")
         return _megatron_samples(args)
+    _refuse(args, {"split_name": "--megatron-args", "show": "--first K"}, "with PATH")
     if not args.path or args.seq_length is None:
         raise ParameterError("give PATH and --seq-length, or --megatron-args")
     indexed = IndexedFile.open(args.path)
+    args.seed = 1234 if args.seed is None else args.seed
+    args.first = 3 if args.first is None else args.first
     if args.first < 0:
         raise ParameterError(f"--first takes a count of samples to print, 0 or more, got {args.first}")
     indices = sampling.build_indices(indexed.sequence_lengths, seq_length=args.seq_length, seed=args.seed,

@@ -220,11 +220,13 @@ class OpenedSplit:
 
     ``files`` are the opened token files (their ``remote`` attribute says whether reads go
     over the network); ``source`` is the token source provenance describes (its sequence
-    lengths), when the split has one. Table makers with their read-ahead state are kept here
+    lengths), when the split has one; ``sources`` the several of a blend or a language pair.
+    Table makers with their read-ahead state are kept here
     too, one per shard layout and bound."""
 
-    def __init__(self, num_rows: int, features: datasets.Features, table, files=(), source=None):
+    def __init__(self, num_rows: int, features: datasets.Features, table, files=(), source=None, sources=()):
         self.num_rows = int(num_rows)
+        self.sources = tuple(sources)
         self.features = features
         self.table = table
         self.files = tuple(files)
@@ -363,6 +365,7 @@ class BaseBuilder(datasets.ArrowBasedBuilder):
             opened = opened_split(type(self).open_plan, plan, open)
             provenance.record_split(self.info, plan.split, kind=self.name, files=plan.files, rows=opened.num_rows,
                                     settings=self._order(plan), source=opened.source,
+                                    sources=opened.sources,
                                     facts=self._token_facts(plan, dl_manager))
             features.append(opened.features)
             generators.append(self._split_generator(plan.split, plan, opened.num_rows, f"{len(plan.files)} file(s)"))

@@ -114,4 +114,5 @@ class MMIdxFairseq(BaseBuilder):
             features.update(source_text=datasets.Value("string"), target_text=datasets.Value("string"))
         return OpenedSplit(pairs.num_pairs, datasets.Features(features),
                            functools.partial(pairs_table, pairs, dictionaries, plan["bpe"]),
-                           files=[f for shard in shards for f in shard])
+                           files=[f for shard in shards for f in shard],
+                           sources=(pairs.source, pairs.target))

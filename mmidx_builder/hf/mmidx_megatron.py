@@ -22,7 +22,6 @@ import pyarrow as pa
 
 from .. import provenance
 from .._io import is_remote
-from ..dtypes import cast_tokens
 from ..errors import ParameterError
 from ..format import IndexedFile, split_prefix
 from ..megatron.args import settings_from_megatron_args
@@ -63,12 +62,13 @@ class MegatronConfig(GPTConfig):
     test_data_path: object = None
     mid_level_dataset_surplus: float | None = None
     megatron_args: str | None = None
-    collator_flags: dict = field(default_factory=dict, repr=False)  # from megatron_args, for MegatronCollator
+    # Not a setting: the flags change batches, not samples. Declared only to refuse it by name.
+    collator_flags: dict | None = field(default=None, repr=False)
 
     def resolved(self) -> dict:
         """The settings, ``megatron_args`` read and the explicit ones laid over it."""
         settings = settings_from_megatron_args(self.megatron_args) if self.megatron_args else {}
-        self.collator_flags = settings.pop("collator_flags", {})
+        settings.pop("collator_flags", None)  # MegatronCollator's, not the samples'
         explicit = {name: getattr(self, name) for name in (*PATH_SETTINGS, "split_ratios", "num_samples",
                                                            "mid_level_dataset_surplus", "seq_length", "seed")}
         if any(explicit[name] is not None for name in PATH_SETTINGS):
@@ -92,6 +92,10 @@ class MegatronConfig(GPTConfig):
                                                              "mid_level_dataset_surplus")})
 
     def _check_sampling(self) -> None:
+        if self.collator_flags is not None:
+            raise ParameterError(
+                f"collator_flags={self.collator_flags!r} does not change the samples, so load_dataset does not take "
+                "it: pass the flags to MegatronCollator(reset_position_ids=..., eod_mask_loss=..., ...)")
         if self.num_epochs is not None:
             raise ParameterError(f"num_epochs={self.num_epochs!r} does not apply to Megatron data arguments (the "
                                  "mmidx_megatron builder): give num_samples (Megatron's --train-samples), or "
@@ -106,9 +110,9 @@ class MegatronConfig(GPTConfig):
 
 
 def megatron_table(built, plan: Plan, rows: np.ndarray) -> pa.Table:
-    tokens, dataset_ids, structure = split_samples(built, rows, plan["document_structure"])
+    tokens, dataset_ids, structure = split_samples(built, rows, plan["document_structure"], plan["dtype"])
     length = built.sample_length
-    columns = {"input_ids": fixed_size_lists(cast_tokens(tokens, plan["dtype"]), length)}
+    columns = {"input_ids": fixed_size_lists(tokens, length)}
     if plan["with_dataset_id"]:
         columns["dataset_id"] = pa.array(dataset_ids)
     if structure is not None:
@@ -182,4 +186,5 @@ class MMIdxMegatron(GPTSamplesBuilder):
         features = sample_features(dtype, built.sample_length, plan["document_structure"])
         if plan["with_dataset_id"]:
             features["dataset_id"] = datasets.Value("int16")
-        return OpenedSplit(built.rows, features, functools.partial(megatron_table, built, plan), files=files)
+        return OpenedSplit(built.rows, features, functools.partial(megatron_table, built, plan), files=files,
+                           sources=built.sources)

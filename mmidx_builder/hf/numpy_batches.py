@@ -4,7 +4,7 @@
 row arrays, stacks them and upcasts to int64: about as costly as reading the samples, and a
 stream's ``with_format`` takes no dtype. Reading batches as Arrow and viewing fixed-size list
 columns as 2-D numpy arrays costs one copy (joining the batch's tables) and keeps the dtype.
-Measured by benchmarks/bench_builder.py (the README's Benchmarks section).
+Measured by benchmarks/bench_builder.py (docs/benchmarks.md).
 """
 
 from __future__ import annotations

@@ -19,8 +19,10 @@ Only ``.bin`` is claimed: ``.idx`` is already Lance's metadata extension, and ea
 finds its .idx by name. Every builder module is registered under its own name ("mmidx",
 the front door that picks the source kind, and one name per kind, e.g. "mmidx_raw").
 
-One more hook: for our names, ``load_dataset(name)`` without ``data_files`` does not scan the
-working directory (see _no_folder_scan_for_our_names).
+Two more hooks on ``datasets.load``: for our names, ``load_dataset(name)`` without
+``data_files`` does not scan the working directory (see _no_folder_scan_for_our_names); and a
+folder or repo holding ``.bin``/``.idx`` pairs is ours whatever else lies beside them
+(see _pairs_make_a_folder_ours).
 
 Registration must not import ``datasets`` (1.9 s): ``import mmidx_builder.format`` stays
 light. :func:`install` registers at once when ``datasets.packaged_modules`` is already
@@ -100,7 +102,8 @@ def _no_folder_scan_for_our_names(load) -> None:
             module_path, code_hash = load._PACKAGED_DATASETS_MODULES[self.name]
             return load.DatasetModule(module_path, code_hash, {"data_files": DataFilesDict(), "dataset_name": self.name})
         module = original(self)
-        _refuse_empty_patterns(self.data_files, module.builder_kwargs.get("data_files") or {})
+        if self.data_files is not None:  # data_dir alone: datasets says when it holds no data file
+            _refuse_empty_patterns(self.data_files, module.builder_kwargs.get("data_files") or {})
         return module
 
     get_module._mmidx = True
@@ -121,8 +124,42 @@ def _refuse_empty_patterns(patterns, resolved) -> None:
                                  "check the path and the pattern")
 
 
+def holds_pairs(files) -> bool:
+    """Whether ``files`` (one split's data files, local paths or URLs) hold a ``.bin`` beside
+    its ``.idx``: the one test of "this folder is ours"."""
+    names = {str(f) for f in files}
+    return any(name.endswith(".bin") and name[:-4] + ".idx" in names for name in names)
+
+
+def _pairs_make_a_folder_ours(load) -> None:
+    """datasets picks a folder's builder by its most common file extension (ties: .json, then
+    alphabetical). A tokenized corpus is usually shared with its tokenizer beside it
+    (``tokenizer.json``, ``tokenizer_config.json``, ``special_tokens_map.json``) or a
+    ``NOTES.txt``, and one pair then loads as JSON or text and fails on ``seq_length``. Once
+    this package is imported, a folder (or Hub repo) whose splits hold ``.bin``/``.idx``
+    pairs is ours, and datasets' own extension filter then drops the other files, as its
+    folder builders ignore files of other extensions. Folders without a pair are left to
+    datasets' rule."""
+    infer = load.infer_module_for_data_files
+    if getattr(infer, "_mmidx", False):
+        return
+
+    def infer_module_for_data_files(data_files, path=None, download_config=None):
+        if data_files and all(holds_pairs(files) for files in data_files.values()):
+            return load._EXTENSION_TO_MODULE[EXTENSIONS[0]]
+        return infer(data_files, path=path, download_config=download_config)
+
+    infer_module_for_data_files._mmidx = True
+    load.infer_module_for_data_files = infer_module_for_data_files
+
+
+def _hook_load(load) -> None:
+    _no_folder_scan_for_our_names(load)
+    _pairs_make_a_folder_ours(load)
+
+
 # module imported by datasets -> what to do right after it has run
-_ON_IMPORT = {"datasets.packaged_modules": register, "datasets.load": _no_folder_scan_for_our_names}
+_ON_IMPORT = {"datasets.packaged_modules": register, "datasets.load": _hook_load}
 
 
 class _AfterImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):

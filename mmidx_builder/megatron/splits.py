@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import sampling
+from ..dtypes import cast_tokens, common_token_dtype
 from ..errors import ParameterError
 from ..source import SequenceRange, TokenSource
 from .blend import SplitPlan, normalize, per_dataset_size, sequence_range
@@ -39,7 +40,7 @@ class BuiltSplit:
     @property
     def dtype(self) -> np.dtype:
         """A token dtype holding every part's ids: a blend may mix a uint16 file with an int32 one."""
-        return np.result_type(*(source.dtype for source in self.sources))
+        return common_token_dtype([source.dtype for source in self.sources], [part.prefix for part in self.plan.parts])
 
 
 def _part_source(plan: SplitPlan, part, source: TokenSource, prefix_label: str) -> SequenceRange:
@@ -98,9 +99,10 @@ def build_split(plan: SplitPlan, sources: dict[str, TokenSource], *, seq_length:
     return BuiltSplit(plan, tuple(parts), tuple(all_indices), blending, int(rows))
 
 
-def split_samples(built: BuiltSplit, positions, document_structure: bool = False):
+def split_samples(built: BuiltSplit, positions, document_structure: bool = False, dtype=None):
     """Tokens of training positions ``positions`` of the split: ``(tokens, dataset_ids,
-    structure)`` where ``tokens`` is ``(len(positions), sample_length)`` in ``built.dtype``,
+    structure)`` where ``tokens`` is ``(len(positions), sample_length)`` in ``dtype`` (every
+    value checked to fit; default ``built.dtype``),
     ``dataset_ids`` int16 (the prefix's index in its blend; 0 without a blend) and
     ``structure`` (position_ids, piece_lengths) when asked for, else None."""
     positions = np.asarray(positions, np.int64)
@@ -112,13 +114,13 @@ def split_samples(built: BuiltSplit, positions, document_structure: bool = False
     else:
         datasets = np.asarray(built.blending.dataset_index[positions], np.int64)
         samples = np.asarray(built.blending.dataset_sample_index[positions], np.int64)
-    tokens = np.empty((len(positions), built.sample_length), built.dtype)
+    tokens = np.empty((len(positions), built.sample_length), built.dtype if dtype is None else dtype)
     position_ids = np.empty((len(positions), built.sample_length), np.int32) if document_structure else None
     piece_lengths: list = [None] * len(positions) if document_structure else None
     for d in np.unique(datasets).tolist():
         rows = np.flatnonzero(datasets == d)
         source, indices = built.sources[d], built.indices[d]
-        tokens[rows] = sampling.assemble_samples(source, indices, samples[rows])
+        tokens[rows] = cast_tokens(sampling.assemble_samples(source, indices, samples[rows]), dtype)
         if document_structure:
             ids, pieces = sampling.document_structure(indices, source.sequence_lengths, samples[rows])
             position_ids[rows] = ids

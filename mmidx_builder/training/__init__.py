@@ -5,6 +5,8 @@
     megatron_rank_stream   a dataset -> one data-parallel rank's rows in the order of
                            Megatron-LM's MegatronPretrainingSampler, for any DataLoader
                            num_workers, with elastic state_dict/load_state_dict (rank_stream.py)
+    arrow_rows             a prepared Dataset whose DataLoader batches are Arrow tables, the
+                           collator's cheapest input (prepared.py)
 
 torch is imported only when one of these is used (``pip install 'mmidx-builder[torch]'``),
 so ``import mmidx_builder`` works without it.
@@ -12,7 +14,7 @@ so ``import mmidx_builder`` works without it.
 
 from __future__ import annotations
 
-__all__ = ["MegatronCollator", "MegatronRankStream", "megatron_rank_stream"]
+__all__ = ["ArrowRows", "MegatronCollator", "MegatronRankStream", "arrow_rows", "megatron_rank_stream"]
 
 
 def __getattr__(name: str):
@@ -24,4 +26,8 @@ def __getattr__(name: str):
         from . import rank_stream
 
         return getattr(rank_stream, name)
+    if name in ("ArrowRows", "arrow_rows"):
+        from . import prepared
+
+        return getattr(prepared, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -122,8 +122,9 @@ class MegatronCollator:
         input_ids, piece_lengths = _columns(rows, need_pieces=self.inter_document_masking)
         return self.collate_arrays(input_ids, piece_lengths)
 
-    def collate_arrays(self, input_ids: np.ndarray, piece_lengths: list | None = None) -> dict:
-        """The batch for a ``(B, sample_length)`` array of rows (and their ``piece_lengths``)."""
+    def collate_arrays(self, input_ids: np.ndarray, piece_lengths=None) -> dict:
+        """The batch for a ``(B, sample_length)`` array of rows and their ``piece_lengths`` (a
+        list per row, or ``(every row's lengths end to end, pieces per row)``)."""
         torch = self.torch
         text = np.asarray(input_ids, dtype=np.int64)
         if text.ndim != 2:
@@ -149,14 +150,7 @@ class MegatronCollator:
             positions[:, 1:] -= np.maximum.accumulate(restart[:, :-1], axis=1)
         attention_mask = None
         if self.create_attention_mask and not self.inter_document_masking:
-            masked = np.triu(np.ones((seq_length, seq_length), bool), k=1)[None]  # causal: a key after the query
-            if self.reset_attention_mask:
-                # No attention across an EOD: segment t = number of EODs before t.
-                segment = np.zeros((batch, seq_length), np.int64)
-                segment[:, 1:] = np.cumsum(eod[:, :-1], axis=1)
-                masked = masked | (segment[:, :, None] != segment[:, None, :])
-            attention_mask = np.empty((batch, 1, seq_length, seq_length), bool)
-            attention_mask[:, 0] = masked
+            attention_mask = _attention_mask(eod if self.reset_attention_mask else None, batch, seq_length)
         # GPTDataset's pad handling, after the masks were computed from the unpadded tokens.
         loss_mask[labels == self.pad_id] = 0.0
         tokens[tokens == self.pad_id] = 0
@@ -177,33 +171,70 @@ class MegatronCollator:
         return out
 
 
+def _attention_mask(eod, batch: int, seq_length: int) -> np.ndarray:
+    """``(B, 1, S, S)`` bool, True = masked: causal, and with ``eod`` given (reset_attention_mask)
+    no attention across an EOD. Written in place in two whole-array passes (a 16 x 2048
+    micro-batch's mask is 64 MiB: a temporary per step would double the memory traffic)."""
+    out = np.empty((batch, 1, seq_length, seq_length), bool)
+    causal = np.triu(np.ones((seq_length, seq_length), bool), k=1)  # a key after the query
+    if eod is None:
+        out[:, 0] = causal
+        return out
+    # segment t = number of EODs before t; int16/int32 keeps the (B, S, S) comparison narrow.
+    segment = np.zeros((batch, seq_length), np.int16 if seq_length < 2**15 else np.int32)
+    np.cumsum(eod[:, :-1], axis=1, out=segment[:, 1:])
+    np.not_equal(segment[:, :, None], segment[:, None, :], out=out[:, 0])
+    out[:, 0] |= causal
+    return out
+
+
 def _document_boundaries(piece_lengths, length: int, seq_length: int, extra: int):
     """``cu_seqlens`` (padded to ``seq_length + 1`` entries with ``seq_length``), ``max_seqlen``
-    and per-document position ids, as GPTDataset derives them from its document lengths."""
-    batch = len(piece_lengths)
+    and per-document position ids, as GPTDataset derives them from its document lengths.
+    ``piece_lengths`` is ``(flat lengths, pieces per row)`` or a list of per-row lengths; the
+    work is whole-array numpy, no Python per row."""
+    flat, counts = _flat_pieces(piece_lengths)
+    batch = len(counts)
+    starts = np.concatenate(([0], np.cumsum(counts[:-1]))).astype(np.int64)
+    bad = np.flatnonzero(counts == 0)
+    if not bad.size:  # (reduceat needs every row to hold a piece)
+        bad = np.flatnonzero((np.add.reduceat(flat, starts) != length) | (np.minimum.reduceat(flat, starts) < 0))
+    if bad.size:
+        b = int(bad[0])
+        raise ParameterError(f"row {b}: piece_lengths {flat[starts[b]:starts[b] + counts[b]].tolist()} do not sum "
+                             f"to the row's {length} tokens; rows and piece_lengths must come from the same dataset "
+                             "(document_structure=True)")
+    if extra:  # the extra token belongs to the labels, not to the tokens cu_seqlens indexes
+        flat = flat.copy()
+        last = starts + counts - 1
+        flat[last] -= 1
+        emptied = np.flatnonzero(flat[last] == 0)  # rows whose last piece held only the extra token
+        if emptied.size:
+            flat = np.delete(flat, last[emptied])
+            counts = counts.copy()
+            counts[emptied] -= 1
+            starts = np.concatenate(([0], np.cumsum(counts[:-1]))).astype(np.int64)
+    if counts.max(initial=0) > seq_length:
+        raise ParameterError(f"a row has {int(counts.max())} document pieces, more than cu_seqlens' {seq_length} slots")
+    # Every row's pieces now sum to seq_length, so the rows tile (B * S) tokens end to end.
+    row_of = np.repeat(np.arange(batch), counts)
+    ends = np.cumsum(flat)
     cu_seqlens = np.full((batch, seq_length + 1), seq_length, np.int32)
-    max_seqlen = np.empty(batch, np.int32)
-    positions = np.empty((batch, seq_length), np.int64)
-    for b, pieces in enumerate(piece_lengths):
-        lengths = [int(n) for n in np.asarray(pieces).reshape(-1)]
-        if sum(lengths) != length or any(n < 0 for n in lengths):
-            raise ParameterError(f"row {b}: piece_lengths {lengths} do not sum to the row's {length} tokens; "
-                                 "rows and piece_lengths must come from the same dataset (document_structure=True)")
-        if extra:  # the extra token belongs to the labels, not to the tokens cu_seqlens indexes
-            lengths[-1] -= 1
-            if lengths[-1] == 0:
-                lengths.pop()
-        shortfall = seq_length - sum(lengths)  # a padded sample (never from our builder): folded into the last
-        if shortfall > 0:
-            if lengths:
-                lengths[-1] += shortfall
-            else:
-                lengths.append(shortfall)
-        bounds = np.cumsum([0] + lengths)
-        cu_seqlens[b, :len(bounds)] = bounds
-        max_seqlen[b] = max(lengths)
-        positions[b] = np.arange(seq_length) - np.repeat(bounds[:-1], lengths)
+    cu_seqlens[:, 0] = 0
+    cu_seqlens[row_of, 1 + np.arange(len(flat)) - starts[row_of]] = ends - row_of * seq_length
+    max_seqlen = np.maximum.reduceat(flat, starts).astype(np.int32)
+    positions = (np.arange(batch * seq_length) - np.repeat(ends - flat, flat)).reshape(batch, seq_length)
     return cu_seqlens, max_seqlen, positions
+
+
+def _flat_pieces(piece_lengths) -> tuple[np.ndarray, np.ndarray]:
+    """(every row's piece lengths end to end as int64, pieces per row) from either form."""
+    if isinstance(piece_lengths, tuple):
+        flat, counts = piece_lengths
+        return np.asarray(flat, np.int64), np.asarray(counts, np.int64)
+    rows = [np.asarray(pieces, np.int64).reshape(-1) for pieces in piece_lengths]
+    counts = np.array([len(r) for r in rows], np.int64)
+    return (np.concatenate(rows) if rows else np.zeros(0, np.int64)), counts
 
 
 def _columns(rows, need_pieces: bool) -> tuple[np.ndarray, list | None]:
@@ -246,5 +277,7 @@ def _table_columns(table, need_pieces: bool) -> tuple[np.ndarray, list | None]:
         ids = np.stack([np.asarray(v) for v in column.to_pylist()])
     pieces = None
     if need_pieces and "piece_lengths" in table.column_names:
-        pieces = table.column("piece_lengths").to_pylist()
+        lists = table.column("piece_lengths").combine_chunks()  # offsets and values: no Python per row
+        offsets = lists.offsets.to_numpy()
+        pieces = (lists.flatten().to_numpy(zero_copy_only=False), np.diff(offsets))
     return ids, pieces

@@ -15,7 +15,12 @@ With ``DataLoader(stream, batch_size=mbs, num_workers=K)``, worker w produces mi
 ``g = w, w + K, w + 2K, ...`` and the loader hands them out round robin (worker 0's first,
 worker 1's first, ...), which is the order g = 0, 1, 2, ... again: the loss curve does not
 depend on K. (MosaicML streaming hands out whole batches to workers the same way.) This
-needs ``batch_size=micro_batch_size`` and the loader's default ``in_order=True``.
+needs ``batch_size=micro_batch_size`` and the loader's default ``in_order=True``: with two
+or more workers each loader batch comes whole from one worker, so another batch size (the
+HF Trainer's ``per_device_train_batch_size`` set apart from the stream's) would interleave
+the workers' micro-batches out of Megatron's order. Each worker therefore reads the batch
+size its loader asks for and refuses one that differs, naming the ``batch_size`` to use.
+With ``num_workers`` 0 or 1 any batch size keeps the order.
 
 Reading. Rows come from the dataset given:
 - a ``datasets.Dataset`` (Arrow cache): ``dataset[i]`` for each row this worker needs;
@@ -29,9 +34,11 @@ Rows have the dataset's format (``with_format``) as iterating the dataset would 
 State. ``state_dict()`` is ``{"consumed_samples": C, "fingerprint": {...}, ...}``: C is the
 global count of samples consumed by all ranks, Megatron's ``consumed_samples``, so a state
 loads into a stream of any ``world_size`` and ``micro_batch_size`` (elastic resume). The
-fingerprint is what fixes which sample sits at which position (the files, ``seq_length``,
-``seed``, ``num_epochs``/``num_samples``, ``add_extra_token``, the row count), read from
-what the builder recorded in ``dataset.info`` (see provenance.py); a state of another dataset
+fingerprint is what fixes which sample sits at which position (the files' names, sequence and
+token counts, a hash of their lengths and a split's sequence range, ``seq_length``, ``seed``,
+``num_epochs``/``num_samples``, ``add_extra_token``, the row count), read from what the
+builder recorded in ``dataset.info`` (provenance.order_fingerprint, one function for every
+kind); a state of another dataset
 is refused with :class:`ParameterError` naming the setting that differs.
 
 The count is kept by the process that iterates: exact in the main process with
@@ -130,6 +137,8 @@ class MegatronRankStream(torch.utils.data.IterableDataset):
     def __iter__(self):
         info = torch.utils.data.get_worker_info()
         worker_id, num_workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        if num_workers > 1:
+            self._check_loader_batch_size(_loader_batch_size(), num_workers)
         start, skip = self._start, 0
         if self._resume_worker is not None:
             start, skip = self._resume_worker
@@ -138,6 +147,16 @@ class MegatronRankStream(torch.utils.data.IterableDataset):
         for row in self._rows.iter_rows(self._ranges(start, worker_id, num_workers, skip)):
             progress["rows"] += 1  # before the yield: a micro-batch counts once its last row is out
             yield row
+
+    def _check_loader_batch_size(self, batch_size: int | None, num_workers: int) -> None:
+        if batch_size is None or batch_size == self.micro_batch_size:
+            return
+        raise ParameterError(
+            f"DataLoader(batch_size={batch_size}, num_workers={num_workers}) over a megatron_rank_stream of "
+            f"micro_batch_size={self.micro_batch_size} would hand out this rank's samples out of Megatron's order "
+            f"(each loader batch comes whole from one worker): use batch_size={self.micro_batch_size} (with the HF "
+            f"Trainer, per_device_train_batch_size={self.micro_batch_size}), or make the stream with "
+            f"micro_batch_size={batch_size}, or num_workers=0")
 
     # --- state ---------------------------------------------------------------------------------
 
@@ -203,6 +222,26 @@ class MegatronRankStream(torch.utils.data.IterableDataset):
                                  f"resume a worker of world_size={self.world_size}, "
                                  f"micro_batch_size={self.micro_batch_size}; load the whole loader state "
                                  "into a new stream instead")
+
+
+def _loader_batch_size() -> int | None:
+    """The batch size of the DataLoader pulling rows from this iterator, as its worker sees it.
+
+    torch tells a worker its id and the worker count, not the batch size: that lives in the
+    main process's batch sampler, which sends each worker the list of indices of its next
+    batch. The worker's fetcher (torch.utils.data._utils.fetch._IterableDatasetFetcher.fetch,
+    unchanged from torch 1.x to 2.13) calls ``next()`` on this generator once per index of that
+    list, so its frame, the caller of the generator's first step, holds the list. Read from
+    there; None when the caller is not that fetcher (a plain loop, another loader)."""
+    import sys
+
+    frame = sys._getframe(2)  # 0: this function, 1: __iter__'s generator, 2: who called next()
+    if frame.f_code.co_name != "fetch" or "possibly_batched_index" not in frame.f_locals:
+        return None
+    fetcher = frame.f_locals.get("self")
+    if not getattr(fetcher, "auto_collation", False):
+        return 1  # batch_size=None: the loader hands out single rows, one worker after another
+    return len(frame.f_locals["possibly_batched_index"])
 
 
 def _find_states(state) -> Iterator[Mapping]:
