@@ -112,6 +112,38 @@ class Dictionary:
         with atomic_output(path) as f:
             f.write("".join(lines).encode("utf-8"))
 
+    def finalize(self, threshold: int = -1, nwords: int = -1, padding_factor: int = 8) -> None:
+        """``Dictionary.finalize``, as ``fairseq-preprocess`` ends building a dictionary: the
+        symbols after the special ones sorted by count, most frequent first, ties in code point
+        order; only the ``nwords - nspecial`` first (``nwords <= 0``: all), and only down to
+        the first one counted fewer than ``threshold`` times; then padded with
+        ``madeupword0000``... to a multiple of ``padding_factor`` symbols."""
+        if nwords <= 0:
+            nwords = len(self)
+        special = self.nspecial
+        # Code point order first, then a stable sort by count: the order of fairseq's
+        # Counter(dict(sorted(...))).most_common() (the dict keeps one of a repeated symbol).
+        ranked = sorted(dict(sorted(zip(self.symbols[special:], self.counts[special:]))).items(),
+                        key=lambda sc: -sc[1])
+        kept = []
+        for symbol, count in ranked[:max(nwords - special, 0)]:
+            if count < threshold:
+                break
+            kept.append((symbol, count))
+        self.symbols = self.symbols[:special] + [s for s, _ in kept]
+        self.counts = self.counts[:special] + [c for _, c in kept]
+        self.indices = {s: i for i, s in enumerate(self.symbols)}
+        self.pad_to_multiple(padding_factor)
+
+    def pad_to_multiple(self, padding_factor: int) -> None:
+        """``pad_to_multiple_``: ``madeupword{i:04d}`` symbols (count 0) until the size is a
+        multiple of ``padding_factor``; a made-up word already there only moves ``i`` on."""
+        if padding_factor > 1:
+            i = 0
+            while len(self) % padding_factor:
+                self.add_symbol(f"madeupword{i:04d}", n=0)
+                i += 1
+
     def __len__(self) -> int:
         return len(self.symbols)
 
