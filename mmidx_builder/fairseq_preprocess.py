@@ -90,9 +90,10 @@ def _line_end_cut(buffer: bytes, at_eof: bool) -> int:
     return newline + 1
 
 
-def text_chunks(path: str, chunk_bytes: int = CHUNK_BYTES) -> Iterator[tuple[int, bytes]]:
-    """``(byte offset, bytes)`` of ``path`` in pieces of about ``chunk_bytes`` that end at
-    line ends, so each decodes and splits into whole lines on its own."""
+def text_chunks(path: str, chunk_bytes: int | None = None) -> Iterator[tuple[int, bytes]]:
+    """``(byte offset, bytes)`` of ``path`` in pieces of about ``chunk_bytes`` (default
+    :data:`CHUNK_BYTES`) that end at line ends, so each decodes into whole lines alone."""
+    chunk_bytes = chunk_bytes or CHUNK_BYTES
     offset = 0
     pending = b""
     with open(path, "rb") as f:
@@ -205,7 +206,9 @@ def binarize(text_path: str, dictionary: Dictionary, prefix: str, *, workers: in
 def _prefixes(value: str | Sequence[str] | None) -> list[str]:
     if value is None:
         return []
-    return [p for p in value.split(",")] if isinstance(value, str) else [os.fspath(p) for p in value]
+    if isinstance(value, (str, os.PathLike)):
+        return os.fspath(value).split(",")   # as fairseq splits --validpref
+    return [os.fspath(p) for p in value]
 
 
 def _split_names(split: str, count: int) -> list[str]:
