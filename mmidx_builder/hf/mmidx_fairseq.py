@@ -18,6 +18,7 @@ from .. import provenance
 from .._io import file_identity, is_remote
 from ..fairseq import (Dictionary, LanguagePairs, check_upsample_primary, dictionary_path, find_language_pairs,
                        is_pair_file, pair_tables)
+from ..fairseq_items import PairItems
 from ..format import IndexedFile, split_prefix
 from ..errors import ParameterError
 from .common import BaseBuilder, BaseConfig, identity_paths, ranged, split_files
@@ -34,6 +35,14 @@ class FairseqConfig(BaseConfig):
         decode_text (`bool`, defaults to False): add ``source_text`` and ``target_text``
             decoded with ``dict.{lang}.txt`` (and ``bpe``).
         bpe (`str`, optional): the BPE to undo when decoding, e.g. "sentencepiece".
+        prepend_bos (`bool`, defaults to False): ``<s>`` before both sides, as
+            ``load_langpair_dataset(prepend_bos=True)``.
+        truncate_source (`bool`, defaults to False): sources cut to ``max_source_positions``
+            tokens (EOS kept last), as ``--truncate-source``.
+        max_source_positions (`int`, defaults to 1024): fairseq's ``--max-source-positions``.
+        append_source_id (`bool`, defaults to False): ``[src]`` after the source and ``[tgt]``
+            after the target (their ids in ``dict.{lang}.txt``), as
+            ``load_langpair_dataset(append_source_id=True)``.
     """
 
     source_lang: str | None = None
@@ -41,10 +50,18 @@ class FairseqConfig(BaseConfig):
     upsample_primary: int = 1
     decode_text: bool = False
     bpe: str | None = None
+    prepend_bos: bool = False
+    truncate_source: bool = False
+    max_source_positions: int = 1024
+    append_source_id: bool = False
 
     def validate(self) -> None:
         super().validate()
         check_upsample_primary(self.upsample_primary)
+        for name in ("prepend_bos", "truncate_source", "append_source_id", "decode_text"):
+            if not isinstance(getattr(self, name), bool):
+                raise ParameterError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        PairItems(truncate_source=self.truncate_source, max_source_positions=self.max_source_positions)
         if (self.source_lang is None) != (self.target_lang is None):
             raise ParameterError("give both source_lang and target_lang or neither, got "
                                  f"source_lang={self.source_lang!r}, target_lang={self.target_lang!r}")
@@ -66,8 +83,11 @@ class PairsPlan:
     shards: tuple[ShardFiles, ...]
     identity: str
     upsample_primary: int
-    dictionaries: tuple[str, str] | None  # dict.{src}.txt, dict.{tgt}.txt for decode_text
+    dictionaries: tuple[str, str] | None  # dict.{src}.txt, dict.{tgt}.txt: decode_text, append_source_id
     bpe: str | None
+    langs: tuple[str, str] = ("", "")
+    decode_text: bool = False
+    item_options: tuple = ()   # PairItems.langpair keywords, as sorted (name, value) pairs
 
 
 @functools.lru_cache(maxsize=8)
@@ -76,12 +96,13 @@ def _opened(plan: PairsPlan, opener):
         return IndexedFile.open(split_prefix(idx_path), idx_path=idx_path, bin_path=bin_path,
                                 opener=ranged(opener) if is_remote(bin_path) else None)
 
-    pairs = LanguagePairs([(indexed(s.source_bin, s.source_idx), indexed(s.target_bin, s.target_idx))
-                           for s in plan.shards], upsample_primary=plan.upsample_primary)
     dictionaries = None
     if plan.dictionaries:
         dictionaries = tuple(Dictionary.load(p, opener=opener if is_remote(p) else None) for p in plan.dictionaries)
-    return pairs, dictionaries
+    items = PairItems.langpair(**dict(plan.item_options), langs=plan.langs, dictionaries=dictionaries)
+    pairs = LanguagePairs([(indexed(s.source_bin, s.source_idx), indexed(s.target_bin, s.target_idx))
+                           for s in plan.shards], upsample_primary=plan.upsample_primary, items=items)
+    return pairs, dictionaries if plan.decode_text else None
 
 
 def pairs_table(pairs: LanguagePairs, dictionaries, plan: PairsPlan, rows) -> pa.Table:
@@ -97,7 +118,8 @@ class MMIdxFairseq(BaseBuilder):
 
     @classmethod
     def claims(cls, settings: dict, files: list[str]) -> bool:
-        own = {"source_lang", "target_lang", "upsample_primary", "decode_text", "bpe"}
+        own = {"source_lang", "target_lang", "upsample_primary", "decode_text", "bpe", "prepend_bos",
+               "truncate_source", "max_source_positions", "append_source_id"}
         return bool(own & set(settings)) or (bool(files) and all(is_pair_file(f) for f in files))
 
     def _split_generators(self, dl_manager):
@@ -110,20 +132,25 @@ class MMIdxFairseq(BaseBuilder):
                          for prefix in (shard.source_prefix, shard.target_prefix) for ext in (".bin", ".idx")]
             read = dl_manager.download(originals)
             dictionaries = None
-            if config.decode_text:
+            if config.decode_text or config.append_source_id:
                 folder = os.path.dirname(shards[0].source_prefix)
                 dictionaries = tuple(dl_manager.download([dictionary_path(folder, shards[0].src),
                                                           dictionary_path(folder, shards[0].tgt)]))
+            item_options = {"prepend_bos": config.prepend_bos, "truncate_source": config.truncate_source,
+                            "max_source_positions": config.max_source_positions,
+                            "append_source_id": config.append_source_id}
             plan = PairsPlan(split=split, shards=tuple(ShardFiles(*read[i:i + 4]) for i in range(0, len(read), 4)),
                              identity="|".join(file_identity(p) for p in identity_paths(originals)),
-                             upsample_primary=config.upsample_primary, dictionaries=dictionaries, bpe=config.bpe)
+                             upsample_primary=config.upsample_primary, dictionaries=dictionaries, bpe=config.bpe,
+                             langs=(shards[0].src, shards[0].tgt), decode_text=config.decode_text,
+                             item_options=tuple(sorted(item_options.items())))
             pairs, _ = _opened(plan, open)
             provenance.record_split(self.info, split, kind=self.name, files=originals[0::2], rows=pairs.num_pairs,
-                                    settings={"upsample_primary": config.upsample_primary})
+                                    settings={"upsample_primary": config.upsample_primary, **item_options})
             split_features = {"id": datasets.Value("int64"),
                               "source": datasets.List(datasets.Value(pairs.source.dtype.name)),
                               "target": datasets.List(datasets.Value(pairs.target.dtype.name))}
-            if dictionaries:
+            if config.decode_text:
                 split_features.update(source_text=datasets.Value("string"), target_text=datasets.Value("string"))
             features.append(datasets.Features(split_features))
             generators.append(self._split_generator(split, plan, pairs.num_pairs, f"{len(shards)} shard(s)"))
