@@ -50,7 +50,7 @@ class BinarizedFile:
     prefix: str
     sentences: int = 0
     tokens: int = 0
-    replaced: int = 0   # words (not <unk> itself) written as <unk>
+    replaced: int = 0   # words not in the dictionary, written as <unk>
 
     @property
     def replaced_percent(self) -> float:
@@ -109,49 +109,57 @@ def text_chunks(path: str, chunk_bytes: int | None = None) -> Iterator[tuple[int
                 return
 
 
-def decode_lines(path: str, offset: int, data: bytes) -> list[str]:
-    """The lines of a chunk as Python's text mode reads them (universal newlines)."""
+def decode_text(path: str, offset: int, data: bytes) -> str:
+    """A chunk as Python's text mode reads it: UTF-8, every line end made ``\n``."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
         raise ConvertError(f"{path}: byte {offset + error.start}: expected UTF-8 text, found "
                            f"{data[error.start:error.start + 4]!r} (fairseq-preprocess reads UTF-8)") from None
-    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def decode_lines(path: str, offset: int, data: bytes) -> list[str]:
+    """The lines of a chunk, without their line ends."""
+    lines = decode_text(path, offset, data).split("\n")
     if lines[-1] == "":
         lines.pop()   # the text ended with a line end: no empty line after it
     return lines
 
 
-def _count_chunk(job: tuple[str, int, bytes]) -> tuple[Counter, int]:
-    path, offset, data = job
-    lines = decode_lines(path, offset, data)
-    # Lines are separated by whitespace, so the words of the chunk are the words of its lines.
-    return Counter(" ".join(lines).split()), len(lines)
-
-
-def _binarize_chunk(job: tuple[str, int, bytes]) -> tuple[np.ndarray, np.ndarray, int]:
-    path, offset, data = job
-    index, unk, eos, unk_word, dtype = _WORKER_DICTIONARY
-    tokens: list[int] = []
-    lengths = []
-    replaced = 0
-    for line in decode_lines(path, offset, data):
-        words = line.split()
-        ids = [index.get(w, unk) for w in words]
-        if unk in ids:
-            replaced += sum(1 for w, i in zip(words, ids) if i == unk and w != unk_word)
-        tokens.extend(ids)
-        tokens.append(eos)
-        lengths.append(len(ids) + 1)
-    return np.array(tokens, dtype), np.array(lengths, np.int64), replaced
-
-
+# What _binarize_chunk numbers with, set in each worker (and in-process for one worker):
+# (word -> id, <unk> id, </s> id, dtype).
 _WORKER_DICTIONARY: tuple = ()
 
 
 def _set_dictionary(state: tuple) -> None:
     global _WORKER_DICTIONARY
     _WORKER_DICTIONARY = state
+
+
+# Line ends are whitespace, so a chunk's words, split at once, are its lines' words in order.
+
+def _count_chunk(job: tuple[str, int, bytes]) -> tuple[Counter, int]:
+    text = decode_text(*job)
+    lines = text.count("\n") + (not text.endswith("\n"))
+    return Counter(text.split()), lines
+
+
+def _binarize_chunk(job: tuple[str, int, bytes]) -> tuple[np.ndarray, np.ndarray, int]:
+    index, unk, eos, dtype = _WORKER_DICTIONARY
+    text = decode_text(*job)
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    words = np.fromiter((len(line.split()) for line in lines), np.int64, len(lines))
+    ids = list(map(index.get, text.split()))   # None: not in the dictionary
+    replaced = ids.count(None)
+    if replaced:
+        ids = [unk if i is None else i for i in ids]
+    # Each line's ids, then EOS: word k of line j sits at k + j (j EOS before it).
+    tokens = np.full(len(ids) + len(lines), eos, dtype)
+    tokens[np.arange(len(ids)) + np.repeat(np.arange(len(lines)), words)] = ids
+    return tokens, words + 1, replaced
 
 
 def _map_chunks(function, paths: Sequence[str], workers: int, state: tuple = ()) -> Iterator:
@@ -189,7 +197,7 @@ def build_dictionary(paths: Sequence[str], *, threshold: int = -1, nwords: int =
 def binarize(text_path: str, dictionary: Dictionary, prefix: str, *, workers: int = 1) -> BinarizedFile:
     """Writes ``prefix.bin/.idx`` from a text file, as fairseq-preprocess does for one side."""
     dtype = fairseq_writer_dtype(len(dictionary))
-    state = (dictionary.indices, dictionary.unk_index, dictionary.eos_index, dictionary.unk_word, dtype)
+    state = (dictionary.indices, dictionary.unk_index, dictionary.eos_index, dtype)
     written = BinarizedFile("", "", text_path, prefix)
     with IndexedFileWriter(prefix, dtype=dtype, flavour=Flavour.FAIRSEQ) as writer:
         for tokens, lengths, replaced in _map_chunks(_binarize_chunk, [text_path], workers, state):
@@ -315,5 +323,5 @@ def _dictionaries(langs, given, train, joined, workers, *, thresholds, nwords, p
     return result
 
 
-__all__ = ["BinarizedFile", "PreprocessSummary", "binarize", "build_dictionary", "decode_lines", "preprocess",
-           "text_chunks"]
+__all__ = ["BinarizedFile", "PreprocessSummary", "binarize", "build_dictionary", "decode_lines", "decode_text",
+           "preprocess", "text_chunks"]

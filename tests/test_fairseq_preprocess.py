@@ -142,7 +142,8 @@ def fairseq_bins(fairseq_python, corpus, tmp_path_factory):
     out = tmp_path_factory.mktemp("fairseq-preprocess")
     jobs = []
     for name, extra in {**CONFIGS, **REFUSED}.items():
-        jobs.append({"runs": [_resolve(_flags(corpus, **extra), corpus, out) + ["--destdir", str(out / "theirs" / name)]]})
+        destination = ["--destdir", str(out / "theirs" / name)]
+        jobs.append({"runs": [_resolve(_flags(corpus, **extra), corpus, out) + destination]})
     # Training shards: the dictionaries from all shards' text (their concatenation), then
     # each shard binarized with them, renamed train, train1, train2 as fairseq combines them.
     sharded = out / "theirs" / "train-shards"
