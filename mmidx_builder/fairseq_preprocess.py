@@ -246,6 +246,11 @@ def preprocess(*, source_lang: str, target_lang: str | None = None, trainpref=No
         raise ParameterError(f"source and target language are both {source_lang!r}")
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ParameterError(f"workers must be a whole number >= 1, got {workers!r}")
+    numbers = dict(thresholdsrc=thresholdsrc, thresholdtgt=thresholdtgt, nwordssrc=nwordssrc, nwordstgt=nwordstgt,
+                   padding_factor=padding_factor)
+    for name, value in numbers.items():
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ParameterError(f"{name} must be a whole number, got {value!r}")
     if joined_dictionary and srcdict and tgtdict:
         raise ParameterError("cannot use both --srcdict and --tgtdict with --joined-dictionary")
     train, valid, test = _prefixes(trainpref), _prefixes(validpref), _prefixes(testpref)
@@ -303,10 +308,9 @@ def preprocess(*, source_lang: str, target_lang: str | None = None, trainpref=No
 
 
 def _dictionaries(langs, given, train, joined, workers, *, thresholds, nwords, padding_factor) -> dict:
-    source, target = langs
     if joined:
-        if given[source]:
-            dictionary = Dictionary.load(given[source])
+        if given[langs[0]]:
+            dictionary = Dictionary.load(given[langs[0]])
         else:
             # One dictionary from both sides' training text, with the source's limits
             # (fairseq passes src=True for the joined one).

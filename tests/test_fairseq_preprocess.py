@@ -296,3 +296,16 @@ def test_dictionary_order_counts_then_code_points(tmp_path):
     d = build_dictionary([str(tmp_path / "t.txt")], padding_factor=1)
     assert d.symbols[4:] == ["b", "c", "a", "z", "ä"]
     assert d.counts[4:] == [2, 2, 1, 1, 1]
+
+
+@pytest.mark.parametrize("settings,message", [
+    ({"workers": 0}, "workers must be a whole number >= 1"),
+    ({"nwordssrc": 2.5}, "nwordssrc must be a whole number"),
+    ({"target_lang": "de"}, "source and target language are both 'de'"),
+    ({"joined_dictionary": True, "srcdict": "a", "tgtdict": "b"}, "cannot use both --srcdict and --tgtdict"),
+])
+def test_bad_settings_are_named(tmp_path, settings, message):
+    args = dict(source_lang="de", target_lang="en", trainpref=str(tmp_path / "train"), destdir=tmp_path / "out")
+    with pytest.raises(ParameterError, match=message):
+        preprocess(**{**args, **settings})
+    assert not (tmp_path / "out").exists()
