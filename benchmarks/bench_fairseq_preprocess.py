@@ -64,8 +64,8 @@ def main() -> None:
         rows = [("ceiling", ceiling(prefix))]
         for workers in (1, 2):
             start = time.perf_counter()
-            preprocess(source_lang="de", target_lang="en", trainpref=prefix, destdir=os.path.join(folder, f"w{workers}"),
-                       workers=workers)
+            destdir = os.path.join(folder, f"w{workers}")
+            preprocess(source_lang="de", target_lang="en", trainpref=prefix, destdir=destdir, workers=workers)
             rows.append((f"ours, {workers} worker(s)", time.perf_counter() - start))
         if os.path.exists(FAIRSEQ):
             start = time.perf_counter()
