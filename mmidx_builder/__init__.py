@@ -10,7 +10,7 @@ them and ``import mmidx_builder.format`` stays light. Public names are loaded on
     what training     sampling (Megatron's indices and sample assembly)
     sees
     datasets          hf/ (one builder per source kind; "mmidx" picks the kind), registry
-    training          training/ (MegatronCollator, megatron_rank_stream, arrow_rows), provenance (EOD id)
+    training          training/ (MegatronCollator, FairseqCollater, megatron_rank_stream, arrow_rows), provenance (EOD id)
     tools             convert, card, hub, stats, cli/
 """
 
@@ -42,6 +42,7 @@ _LAZY = {
     "write_documents": "format",
     "numpy_batches": "hf.numpy_batches",
     # The training helpers use torch (an optional extra) when called.
+    "FairseqCollater": "training",
     "MegatronCollator": "training",
     "megatron_rank_stream": "training",
     "arrow_rows": "training",

@@ -4,6 +4,7 @@
     .idx header code <-> dtype    megatron-core DType / fairseq _code_to_dtype   DTYPE_TABLES, dtype_code
     smallest dtype for a vocab    the writers people compare us with       smallest_dtype
     dtype convert writes          megatron-core DType.optimal_dtype         megatron_writer_dtype
+    dtype fairseq-preprocess      fairseq best_fitting_int_dtype            fairseq_writer_dtype
     raw files' token dtype        n_bytes tokens plus one EOF id            raw_token_dtype
     an output dtype a user asks   an integer numpy dtype name               integer_dtype
     casting tokens to it          refuse values that would not survive      cast_tokens
@@ -81,6 +82,14 @@ def megatron_writer_dtype(vocab_size: int) -> np.dtype:
     return np.dtype(np.uint16 if vocab_size < UINT16_VOCAB_LIMIT else np.int32)
 
 
+def fairseq_writer_dtype(vocab_size: int) -> np.dtype:
+    """fairseq's ``best_fitting_int_dtype``, which fairseq-preprocess writes with: uint16
+    below 65,500 symbols, uint32 below 2**32 - 1, else int64 (never uint8)."""
+    if vocab_size < UINT16_VOCAB_LIMIT:
+        return np.dtype(np.uint16)
+    return np.dtype(np.uint32 if vocab_size < 2**32 - 1 else np.int64)
+
+
 def raw_token_dtype(eof_id: int) -> np.dtype:
     """Raw files' tokens (byte tokens plus an EOF id one past them): the smallest dtype that
     holds ``eof_id``, the signed one of two of a size (torch has no general uint32/uint64
@@ -138,5 +147,5 @@ def common_token_dtype(dtypes, names=None) -> np.dtype:
                          "to store them as that, every value checked")
 
 
-__all__ = ["DTYPE_TABLES", "FAIRSEQ_DTYPES", "Flavour", "MEGATRON_DTYPES", "cast_tokens", "common_token_dtype", "dtype_code",
-           "integer_dtype", "megatron_writer_dtype", "raw_token_dtype", "smallest_dtype"]
+__all__ = ["DTYPE_TABLES", "FAIRSEQ_DTYPES", "Flavour", "MEGATRON_DTYPES", "cast_tokens", "common_token_dtype",
+           "dtype_code", "fairseq_writer_dtype", "integer_dtype", "megatron_writer_dtype", "raw_token_dtype", "smallest_dtype"]

@@ -29,7 +29,9 @@ from ._io import atomic_output, is_remote
 from .errors import FormatError, MissingPartnerError, ParameterError
 # fairseq's max_tokens batching lives in its own module (pure index arithmetic); its names
 # stay importable from here.
-from .fairseq_batches import batch_by_size, max_tokens_batches, ordered_indices  # noqa: F401
+from .fairseq_batches import batch_by_size, max_tokens_batches, ordered_indices, shard_batches  # noqa: F401
+from .dtypes import cast_tokens
+from .fairseq_items import PairItems
 from .format import ConcatenatedFiles, IndexedFile
 
 OVERWRITE_FLAG = "#fairseq:overwrite"
@@ -111,6 +113,38 @@ class Dictionary:
             seen.add(symbol)
         with atomic_output(path) as f:
             f.write("".join(lines).encode("utf-8"))
+
+    def finalize(self, threshold: int = -1, nwords: int = -1, padding_factor: int = 8) -> None:
+        """``Dictionary.finalize``, as ``fairseq-preprocess`` ends building a dictionary: the
+        symbols after the special ones sorted by count, most frequent first, ties in code point
+        order; only the ``nwords - nspecial`` first (``nwords <= 0``: all), and only down to
+        the first one counted fewer than ``threshold`` times; then padded with
+        ``madeupword0000``... to a multiple of ``padding_factor`` symbols."""
+        if nwords <= 0:
+            nwords = len(self)
+        special = self.nspecial
+        # Code point order first, then a stable sort by count: the order of fairseq's
+        # Counter(dict(sorted(...))).most_common() (the dict keeps one of a repeated symbol).
+        ranked = sorted(dict(sorted(zip(self.symbols[special:], self.counts[special:]))).items(),
+                        key=lambda sc: -sc[1])
+        kept = []
+        for symbol, count in ranked[:max(nwords - special, 0)]:
+            if count < threshold:
+                break
+            kept.append((symbol, count))
+        self.symbols = self.symbols[:special] + [s for s, _ in kept]
+        self.counts = self.counts[:special] + [c for _, c in kept]
+        self.indices = {s: i for i, s in enumerate(self.symbols)}
+        self.pad_to_multiple(padding_factor)
+
+    def pad_to_multiple(self, padding_factor: int) -> None:
+        """``pad_to_multiple_``: ``madeupword{i:04d}`` symbols (count 0) until the size is a
+        multiple of ``padding_factor``; a made-up word already there only moves ``i`` on."""
+        if padding_factor > 1:
+            i = 0
+            while len(self) % padding_factor:
+                self.add_symbol(f"madeupword{i:04d}", n=0)
+                i += 1
 
     def __len__(self) -> int:
         return len(self.symbols)
@@ -316,10 +350,14 @@ class LanguagePairs:
     only from several shards.
 
     Pair ``i`` is ``LanguagePairDataset[i]``'s ``source`` and ``target`` under
-    ``load_langpair_dataset``'s defaults: the stored ids, unchanged.
+    ``load_langpair_dataset``'s defaults: the stored ids, unchanged. ``items``
+    (:class:`~mmidx_builder.fairseq_items.PairItems`, made by :meth:`open` from
+    ``prepend_bos``, ``truncate_source``, ``append_source_id``) changes them as those
+    options do, and ``source_sizes`` / ``target_sizes`` as fairseq's ``sizes``.
     """
 
-    def __init__(self, shards: Sequence[tuple[IndexedFile, IndexedFile]], upsample_primary: int = 1):
+    def __init__(self, shards: Sequence[tuple[IndexedFile, IndexedFile]], upsample_primary: int = 1, *,
+                 items: PairItems | None = None):
         if not shards:
             raise ParameterError("LanguagePairs needs at least one (source, target) shard")
         check_upsample_primary(upsample_primary)
@@ -337,15 +375,32 @@ class LanguagePairs:
         # shard's real size wraps around (the upsampled primary).
         self._real_sizes = real
         self._ends = np.cumsum(real * np.array(ratios, np.int64))
-        self.source_sizes = self._gather_sizes(self.source)
-        self.target_sizes = self._gather_sizes(self.target)
+        self.items = items or PairItems()
+        self.source_sizes = self.items.source_sizes(self._gather_sizes(self.source))
+        self.target_sizes = self.items.target_sizes(self._gather_sizes(self.target))
 
     @classmethod
-    def open(cls, shards: Sequence[PairShard], *, upsample_primary: int = 1,
+    def open(cls, shards: Sequence[PairShard], *, upsample_primary: int = 1, prepend_bos: bool = False,
+             truncate_source: bool = False, max_source_positions: int = 1024, append_source_id: bool = False,
+             dictionaries: tuple[Dictionary, Dictionary] | None = None,
              opener: Callable[..., IO[bytes]] | None = None) -> "LanguagePairs":
+        """The pairs of a split's shards, with ``load_langpair_dataset``'s item options
+        (``append_source_id`` needs the (source, target) ``dictionaries``)."""
+        if not shards:
+            raise ParameterError("LanguagePairs needs at least one (source, target) shard")
+        items = PairItems.langpair(prepend_bos=prepend_bos, truncate_source=truncate_source,
+                                   max_source_positions=max_source_positions, append_source_id=append_source_id,
+                                   langs=(shards[0].src, shards[0].tgt), dictionaries=dictionaries)
         files = [(IndexedFile.open(s.source_prefix, opener=opener), IndexedFile.open(s.target_prefix, opener=opener))
                  for s in shards]
-        return cls(files, upsample_primary=upsample_primary)
+        return cls(files, upsample_primary=upsample_primary, items=items)
+
+    def collater(self, **options):
+        """A :class:`~mmidx_builder.training.FairseqCollater` for these pairs (torch), with the
+        EOS fairseq collates them with; ``options`` are its own (``left_pad_source``...)."""
+        from .training import FairseqCollater
+
+        return FairseqCollater(eos=self.items.collate_eos, **options)
 
     @property
     def num_pairs(self) -> int:
@@ -375,7 +430,7 @@ class LanguagePairs:
         sequence = self.sequence_ids([i])
         source = self.source.read_pieces(sequence, [0], self.source.sequence_lengths[sequence])
         target = self.target.read_pieces(sequence, [0], self.target.sequence_lengths[sequence])
-        return source.astype(np.int64), target.astype(np.int64)
+        return self.items.source(source.astype(np.int64)), self.items.target(target.astype(np.int64))
 
     def __repr__(self) -> str:
         return f"LanguagePairs({self.num_pairs} pairs, {len(self.shards)} shard(s))"
@@ -389,6 +444,17 @@ def _list_array(side: ConcatenatedFiles, sequences: np.ndarray) -> pa.ListArray:
     if offsets[-1] < 2**31:
         return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(flat))
     return pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(flat))
+
+
+def _changed_lists(pairs: LanguagePairs, ids: np.ndarray) -> list[pa.Array]:
+    """The source and target columns when item options change the stored ids: row by row,
+    in the files' dtypes (the ids options add are dictionary ids, which fit them)."""
+    rows = [pairs[int(i)] for i in ids]
+    columns = []
+    for side, dtype in ((0, pairs.source.dtype), (1, pairs.target.dtype)):
+        values = [cast_tokens(row[side], dtype) for row in rows]
+        columns.append(pa.array(values, pa.list_(pa.from_numpy_dtype(dtype))))
+    return columns
 
 
 def pair_schema(pairs: LanguagePairs, with_text: bool = False) -> pa.Schema:
@@ -414,7 +480,10 @@ def pair_tables(pairs: LanguagePairs, start: int = 0, stop: int | None = None, b
     for begin in range(int(start), stop, batch_size):
         ids = np.arange(begin, min(begin + batch_size, stop), dtype=np.int64)
         sequences = pairs.sequence_ids(ids)
-        columns = [pa.array(ids), _list_array(pairs.source, sequences), _list_array(pairs.target, sequences)]
+        if pairs.items.changes_items:
+            columns = [pa.array(ids), *_changed_lists(pairs, ids)]
+        else:
+            columns = [pa.array(ids), _list_array(pairs.source, sequences), _list_array(pairs.target, sequences)]
         if dictionaries is not None:
             for column, dictionary in zip(columns[1:3], dictionaries):
                 columns.append(pa.array([dictionary.string(row, bpe) for row in

@@ -11,7 +11,9 @@ For pairs of source and target lengths (EOS included), fairseq 0.12:
    within ``max_tokens``, at most ``max_sentences`` long, and ended on multiples of
    ``required_batch_size_multiple`` where the limits allow (``batch_by_size_vec``);
 4. keeps those batches for every epoch and **shuffles their order** per epoch after
-   ``numpy.random.seed(seed + epoch)`` (``EpochBatchIterator``, epochs counted from 1).
+   ``numpy.random.seed(seed + epoch)`` (``EpochBatchIterator``, epochs counted from 1);
+5. with several data-parallel ranks, **deals** them out: every ``num_shards``-th batch to a
+   rank, short ranks padded with empty batches (``ShardedIterator(fill_value=[])``).
 
 Steps 1 and 3 differ between the two fairseq 0.12 codes one can install, hence
 ``fairseq_version``:
@@ -37,7 +39,8 @@ from .errors import ParameterError
 
 FAIRSEQ_VERSIONS = ("0.12.3.1", "0.12.2")
 
-__all__ = ["FAIRSEQ_VERSIONS", "batch_by_size", "filter_by_size", "max_tokens_batches", "ordered_indices"]
+__all__ = ["FAIRSEQ_VERSIONS", "batch_by_size", "filter_by_size", "max_tokens_batches", "ordered_indices",
+           "shard_batches"]
 
 
 def _check_version(fairseq_version: str) -> str:
@@ -187,7 +190,8 @@ def _batch_ends(sizes: list[int], max_tokens: int | None, max_sentences: int | N
 def max_tokens_batches(src_sizes, tgt_sizes, max_tokens: int | None, seed: int = 1, epoch: int = 1, *,
                        max_sentences: int | None = None, required_batch_size_multiple: int = 1,
                        max_positions=None, ignore_invalid_inputs: bool = False, start_epoch: int = 1,
-                       shuffle: bool = True, fairseq_version: str = FAIRSEQ_VERSIONS[0]) -> list[np.ndarray]:
+                       shuffle: bool = True, num_shards: int = 1, shard_id: int = 0, grouped_shuffling: bool = False,
+                       fairseq_version: str = FAIRSEQ_VERSIONS[0]) -> list[np.ndarray]:
     """The batches of pair ids fairseq trains on in ``epoch``: what
     ``task.get_batch_iterator(dataset, max_tokens, max_sentences, max_positions,
     ignore_invalid_inputs, required_batch_size_multiple, seed, epoch=start_epoch)
@@ -201,6 +205,14 @@ def max_tokens_batches(src_sizes, tgt_sizes, max_tokens: int | None, seed: int =
     limits) is passed as given: fairseq's trainer lowers the model's limits to ``max_tokens``
     first (``resolve_max_positions``). Use the result as a ``batch_sampler``; fairseq's
     training defaults are ``seed=1``, ``required_batch_size_multiple=8``.
+
+    With ``num_shards`` data-parallel ranks, the result is rank ``shard_id``'s batches
+    (``get_batch_iterator(num_shards=, shard_id=)``): every rank shuffles all batches alike
+    and takes every ``num_shards``-th, and a rank left one short gets an empty batch at the
+    end (see :func:`shard_batches`), so that all ranks run the same number of steps.
+    ``grouped_shuffling`` (fairseq's ``--grouped-shuffling``) shuffles runs of
+    ``num_shards`` consecutive batches as units, so the ranks of one step get batches of
+    similar lengths; as in fairseq, batches after the last whole run are left out.
     """
     _check_version(fairseq_version)
     seed = _whole("seed", seed, 0, allow_none=False)
@@ -216,6 +228,36 @@ def max_tokens_batches(src_sizes, tgt_sizes, max_tokens: int | None, seed: int =
     tokens = src_sizes[indices] if tgt_sizes is None else np.maximum(src_sizes[indices], tgt_sizes[indices])
     batches = batch_by_size(indices, tokens, max_tokens, max_sentences, required_batch_size_multiple,
                             fairseq_version=fairseq_version)
-    if shuffle:
+    num_shards, shard_id = _check_shard(num_shards, shard_id)
+    if shuffle and grouped_shuffling:
+        groups = [batches[k * num_shards:(k + 1) * num_shards] for k in range(len(batches) // num_shards)]
+        np.random.RandomState(seed + epoch).shuffle(groups)
+        batches = [batch for group in groups for batch in group]
+    elif shuffle:
         np.random.RandomState(seed + epoch).shuffle(batches)
-    return batches
+    return shard_batches(batches, num_shards, shard_id)
+
+
+def _check_shard(num_shards, shard_id) -> tuple[int, int]:
+    num_shards = _whole("num_shards", num_shards, 1, allow_none=False)
+    shard_id = _whole("shard_id", shard_id, 0, allow_none=False)
+    if shard_id >= num_shards:
+        raise ParameterError(f"shard_id must lie in [0, num_shards={num_shards}), got {shard_id}")
+    return num_shards, shard_id
+
+
+def shard_batches(batches, num_shards: int, shard_id: int) -> list[np.ndarray]:
+    """Rank ``shard_id``'s part of ``batches``: fairseq's ``ShardedIterator(batches,
+    num_shards, shard_id, fill_value=[])``, i.e. ``batches[shard_id::num_shards]`` padded
+    with empty batches to ``ceil(len(batches) / num_shards)``.
+
+    The padding is what keeps distributed training in step: each rank runs as many steps
+    as the longest one, an empty batch being a step without data (fairseq's trainer runs
+    it as a dummy batch of weight 0). Plain slicing would leave ranks with unequal counts,
+    and the rank with more steps would wait forever in its all-reduce.
+    """
+    num_shards, shard_id = _check_shard(num_shards, shard_id)
+    batches = list(batches)
+    mine = [np.asarray(b, np.int64) for b in batches[shard_id::num_shards]]
+    steps = -(-len(batches) // num_shards)
+    return mine + [np.zeros(0, np.int64) for _ in range(steps - len(mine))]

@@ -17,7 +17,12 @@ make; the response holds, in the same order:
   in the sampler's order, ``served`` the sorted ids of what the loader fetched), or
   ``{"error": ..., "type": ...}`` where fairseq refuses;
 - ``vectors``: for each token-count vector, ``data_utils.batch_by_size`` and the Cython
-  ``batch_by_size_vec`` under it.
+  ``batch_by_size_vec`` under it;
+- ``preprocess``: for each job, ``fairseq-preprocess`` run with each of its argument lists
+  in turn, then its files moved (``{"ok": true}``, or the error fairseq raised);
+- ``langpairs``: for each, ``load_langpair_dataset`` with the item options given
+  (``prepend_bos``, ``truncate_source``, ``append_source_id``...): its sizes, every item,
+  and ``dataset.collater`` of each listed batch, tensors as lists.
 
 ``"fairseq_version": "0.12.2"`` iterators are fairseq 0.12.2's ``get_batch_iterator``: its
 ``ordered_indices``, ``filter_indices_by_size``, ``batch_by_size_vec`` and
@@ -41,7 +46,8 @@ import numpy as np  # noqa: E402
 from fairseq import options  # noqa: E402
 from fairseq.data import data_utils, iterators  # noqa: E402
 from fairseq.data.data_utils_fast import batch_by_size_vec  # noqa: E402
-from fairseq.tasks.translation import TranslationConfig, TranslationTask  # noqa: E402
+from fairseq.data import Dictionary  # noqa: E402
+from fairseq.tasks.translation import TranslationConfig, TranslationTask, load_langpair_dataset  # noqa: E402
 from fairseq_cli import preprocess  # noqa: E402
 
 
@@ -98,7 +104,7 @@ def dataset_report(dataset, with_items):
 
 
 def iterator_0_12_2(task, dataset, max_tokens=None, max_sentences=None, max_positions=None,
-                    ignore_invalid_inputs=False, required_batch_size_multiple=1, seed=1, epoch=1):
+                    ignore_invalid_inputs=False, required_batch_size_multiple=1, seed=1, epoch=1, **sharding):
     with data_utils.numpy_seed(seed):
         indices = dataset.ordered_indices()
     if max_positions is not None:
@@ -107,7 +113,7 @@ def iterator_0_12_2(task, dataset, max_tokens=None, max_sentences=None, max_posi
                                 -1 if max_tokens is None else int(max_tokens),
                                 -1 if max_sentences is None else max_sentences, required_batch_size_multiple)
     return iterators.EpochBatchIterator(dataset=dataset, collate_fn=dataset.collater, batch_sampler=batches,
-                                        seed=seed, epoch=epoch)
+                                        seed=seed, epoch=epoch, **sharding)
 
 
 def serve(task, dataset, case):
@@ -144,11 +150,51 @@ def batch_vector(vector):
     return {"0.12.2": [b.tolist() for b in released], "0.12.3.1": [b.tolist() for b in current]}
 
 
+def preprocess_job(job):
+    try:
+        for argv in job["runs"]:
+            _preprocess(argv)
+        for source, destination in job.get("moves", []):
+            os.replace(source, destination)
+    except BaseException as error:  # fairseq asserts, raises FileExistsError, or exits (argparse)
+        return {"error": str(error), "type": type(error).__name__}
+    return {"ok": True}
+
+
+def _plain(value):
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+def langpair(spec):
+    data_bin, src, tgt = spec["data_bin"], spec["src"], spec["tgt"]
+    src_dict = Dictionary.load(os.path.join(data_bin, f"dict.{src}.txt"))
+    tgt_dict = Dictionary.load(os.path.join(data_bin, f"dict.{tgt}.txt"))
+    options = dict(spec.get("options", {}))
+    dataset = load_langpair_dataset(
+        data_bin, spec["split"], src, src_dict, tgt, tgt_dict, combine=spec.get("combine", True), dataset_impl=None,
+        upsample_primary=spec.get("upsample_primary", 1), left_pad_source=options.pop("left_pad_source", True),
+        left_pad_target=options.pop("left_pad_target", False),
+        max_source_positions=options.pop("max_source_positions", 1024), max_target_positions=1024,
+        pad_to_multiple=options.pop("pad_to_multiple", 1), **options)
+    report = {"src_sizes": dataset.src_sizes.tolist(), "tgt_sizes": dataset.tgt_sizes.tolist(),
+              "items": [[dataset[i]["source"].tolist(), dataset[i]["target"].tolist()] for i in range(len(dataset))],
+              "collated": []}
+    for batch in spec.get("batches", []):
+        report["collated"].append(_plain(dataset.collater([dataset[i] for i in batch])))
+    return report
+
+
 def main(request_path, response_path):
     with open(request_path) as f:
         request = json.load(f)
     response = {"corpora": [binarize(c) for c in request.get("corpora", [])], "datasets": [], "iterators": [],
-                "vectors": [batch_vector(v) for v in request.get("vectors", [])]}
+                "vectors": [batch_vector(v) for v in request.get("vectors", [])],
+                "preprocess": [preprocess_job(job) for job in request.get("preprocess", [])]}
+    response["langpairs"] = [langpair(spec) for spec in request.get("langpairs", [])]
     loaded = []
     for spec in request.get("datasets", []):
         loaded.append(load(spec))

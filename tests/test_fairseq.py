@@ -220,3 +220,29 @@ def test_files_written_by_the_writer_are_fairseq_flavour(corpus):
     folder, _ = corpus
     f = IndexedFile.open(folder / "train.de-en.de")
     assert f.flavour is Flavour.FAIRSEQ and f.dtype == np.uint16
+
+
+@pytest.mark.parametrize("settings,message", [
+    ({"prepend_bos": "yes"}, "prepend_bos must be True or False"),
+    ({"truncate_source": True, "max_source_positions": 0}, "max_source_positions must be a whole number >= 1"),
+])
+def test_bad_item_options_are_named(corpus, settings, message, tmp_path):
+    from datasets import load_dataset
+
+    folder, _ = corpus
+    with pytest.raises(ParameterError, match=message):
+        load_dataset(str(folder), split="train", cache_dir=str(tmp_path / "cache"), **settings)
+
+
+def test_item_options_change_rows_as_spelled_out(corpus, tmp_path):
+    """load_langpair_dataset's wrappers written out: <s> first, the source cut to
+    max_source_positions - 1 tokens (EOS stripped first) then EOS, [de]/[en] (here <unk>) last."""
+    from datasets import load_dataset
+
+    folder, data = corpus
+    ds = load_dataset(str(folder), split="validation", prepend_bos=True, truncate_source=True,
+                      max_source_positions=4, append_source_id=True, cache_dir=str(tmp_path / "cache"))
+    for row, source, target in zip(ds, *data["valid"]):
+        stripped = source[:-1] if source[-1] == 2 else source
+        assert row["source"] == [0, *stripped[:3].tolist(), 2, 3]
+        assert row["target"] == [0, *target.tolist(), 3]

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from mmidx_builder.errors import ParameterError
 from mmidx_builder.fairseq import batch_by_size, max_tokens_batches, ordered_indices
-from mmidx_builder.fairseq_batches import FAIRSEQ_VERSIONS, filter_by_size
+from mmidx_builder.fairseq_batches import FAIRSEQ_VERSIONS, filter_by_size, shard_batches
 
 RELEASE, CURRENT = "0.12.2", "0.12.3.1"
 
@@ -167,3 +167,37 @@ def test_bad_epochs_and_sizes_are_named():
 def test_nothing_to_batch_makes_no_batches():
     assert batch_by_size(np.arange(0), np.arange(0), 10, required_batch_size_multiple=8) == []
     assert max_tokens_batches([70, 80], [1, 1], 100, max_positions=50, ignore_invalid_inputs=True) == []
+
+
+@pytest.mark.parametrize("count,num_shards", [(0, 3), (1, 4), (7, 3), (9, 3), (10, 4), (3, 8)])
+def test_shard_batches_deals_every_batch_once_and_pads_short_ranks(count, num_shards):
+    """fairseq's ShardedIterator(fill_value=[]) spelled out: rank r gets batches r, r+n, ...
+    and as many steps as ceil(count / n), the missing ones empty and at the end."""
+    batches = [np.arange(k, k + 2) for k in range(0, 2 * count, 2)]
+    ranks = [shard_batches(batches, num_shards, rank) for rank in range(num_shards)]
+    steps = -(-count // num_shards)
+    assert all(len(rank) == steps for rank in ranks)
+    dealt = [b.tolist() for step in zip(*ranks) for b in step if len(b)]
+    assert dealt == [b.tolist() for b in batches]
+    for rank in ranks:
+        sizes = [len(b) for b in rank]
+        assert sizes == sorted(sizes, reverse=True)   # empty ones only at the end
+    assert sum(len(b) == 0 for rank in ranks for b in rank) == steps * num_shards - count
+
+
+def test_sharded_batches_of_all_ranks_are_the_unsharded_ones():
+    src, tgt = sizes(5, 300)
+    whole = max_tokens_batches(src, tgt, 60, epoch=2)
+    ranks = [max_tokens_batches(src, tgt, 60, epoch=2, num_shards=3, shard_id=r) for r in range(3)]
+    assert [b.tolist() for step in zip(*ranks) for b in step if len(b)] == [b.tolist() for b in whole]
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"num_shards": 0}, "num_shards must be a whole number >= 1"),
+    ({"num_shards": 2, "shard_id": 2}, r"shard_id must lie in \[0, num_shards=2\), got 2"),
+    ({"shard_id": -1}, "shard_id must be a whole number >= 0"),
+])
+def test_bad_shards_are_named(kwargs, message):
+    src, tgt = sizes(4, 10)
+    with pytest.raises(ParameterError, match=message):
+        max_tokens_batches(src, tgt, 100, **kwargs)

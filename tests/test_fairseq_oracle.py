@@ -70,6 +70,34 @@ CASES = [
           max_positions=[60, 80], ignore_invalid_inputs=True),
     _case("release-resumed-at-epoch-2", version="0.12.2", max_tokens=1000, required_batch_size_multiple=8, epoch=2),
 ]
+# Data-parallel ranks (get_batch_iterator(num_shards=, shard_id=)): every rank of each
+# configuration, so the tests can check that the ranks' batches add up to the whole.
+SHARDED = {
+    "shards2": dict(num_shards=2, max_tokens=1000, required_batch_size_multiple=8),
+    "shards3": dict(num_shards=3, max_tokens=1000, required_batch_size_multiple=8),
+    "shards5-sentences": dict(num_shards=5, max_tokens=4096, max_sentences=10),
+    "shards8-tokens256": dict(num_shards=8, max_tokens=256, required_batch_size_multiple=3),
+    "shards3-grouped": dict(num_shards=3, max_tokens=1000, required_batch_size_multiple=8, grouped_shuffling=True),
+    "shards4-grouped-sentences": dict(num_shards=4, max_tokens=4096, max_sentences=7, grouped_shuffling=True),
+    "shards4-upsampled": dict(dataset=1, num_shards=4, max_tokens=1000, required_batch_size_multiple=8),
+    "shards3-test-unshuffled": dict(dataset=4, shuffle=False, num_shards=3, max_tokens=1000),
+    "shards6-valid-few-batches": dict(dataset=3, num_shards=6, max_tokens=4096),   # more ranks than batches
+    "shards4-resumed": dict(num_shards=4, max_tokens=1000, required_batch_size_multiple=8, epoch=3),
+    "shards3-release": dict(version="0.12.2", num_shards=3, max_tokens=1000, required_batch_size_multiple=8),
+}
+
+
+def _sharded_cases():
+    cases = []
+    for name, settings in SHARDED.items():
+        settings = dict(settings)
+        common = {key: settings.pop(key) for key in ("dataset", "version", "shuffle") if key in settings}
+        for rank in range(settings["num_shards"]):
+            cases.append(_case(f"{name}-rank{rank}", epochs=2, shard_id=rank, **common, **settings))
+    return cases
+
+
+CASES += _sharded_cases()
 REFUSED = [
     _case("max-positions-refused", epochs=1, max_tokens=1000, required_batch_size_multiple=8,
           max_positions=[60, 80], ignore_invalid_inputs=False),
@@ -194,7 +222,36 @@ def test_batches_are_fairseqs_epoch_after_epoch(fairseq, case):
         assert ours == epoch["batches"], f"epoch {epoch['epoch']}"
     # Not vacuous: fairseq reorders the batches between epochs (except unshuffled).
     first, second = theirs["epochs"][0]["batches"], theirs["epochs"][1]["batches"]
-    assert (first == second) == (not case["shuffle"])
+    if "num_shards" not in case["kwargs"]:
+        assert (first == second) == (not case["shuffle"])
+
+
+@pytest.mark.parametrize("name", sorted(SHARDED))
+def test_ranks_run_equal_steps_and_share_out_every_batch(fairseq, name):
+    """fairseq pads a short rank with empty batches; the ranks' batches are the unsharded
+    ones, dealt out in turn; and ours are theirs (checked batch by batch above)."""
+    ranks = [fairseq["iterators"][f"{name}-rank{r}"] for r in range(SHARDED[name]["num_shards"])]
+    for k in range(2):
+        per_rank = [rank["epochs"][k]["batches"] for rank in ranks]
+        assert len({len(batches) for batches in per_rank}) == 1, "every rank runs the same number of steps"
+        dealt = [b for step in zip(*per_rank) for b in step if b]
+        settings = {key: value for key, value in SHARDED[name].items() if key != "num_shards"}
+        common = {key: settings.pop(key) for key in ("dataset", "version", "shuffle") if key in settings}
+        case = _case(name, **common, **settings)
+        whole = [b.tolist() for b in _ours(fairseq, case, ranks[0]["epochs"][k]["epoch"])]
+        if not settings.get("grouped_shuffling"):
+            assert dealt == whole
+        else:   # whole groups of num_shards batches only: the rest of the epoch is left out
+            frozen = {tuple(sorted(b)) for b in whole}
+            assert all(tuple(sorted(b)) in frozen for b in dealt)
+            assert len(dealt) == len(whole) // len(ranks) * len(ranks)
+
+
+def test_some_rank_needed_padding(fairseq):
+    """The padding is exercised: several configurations leave some rank one batch short."""
+    padded = {case["id"].rsplit("-rank", 1)[0] for case in CASES if "num_shards" in case["kwargs"]
+              if [] in fairseq["iterators"][case["id"]]["epochs"][0]["batches"]}
+    assert len(padded) >= 5, padded
 
 
 def test_a_pair_beyond_max_positions_is_refused_as_fairseq_refuses(fairseq):

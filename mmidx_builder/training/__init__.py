@@ -2,6 +2,8 @@
 
     MegatronCollator       rows -> the batch megatron-core's GPTDataset items collate to
                            (collator.py; numpy inside, torch tensors out)
+    FairseqCollater        sentence pairs -> fairseq's LanguagePairDataset.collater batch
+                           (fairseq_collater.py)
     megatron_rank_stream   a dataset -> one data-parallel rank's rows in the order of
                            Megatron-LM's MegatronPretrainingSampler, for any DataLoader
                            num_workers, with elastic state_dict/load_state_dict (rank_stream.py)
@@ -14,10 +16,14 @@ so ``import mmidx_builder`` works without it.
 
 from __future__ import annotations
 
-__all__ = ["ArrowRows", "MegatronCollator", "MegatronRankStream", "arrow_rows", "megatron_rank_stream"]
+__all__ = ["ArrowRows", "FairseqCollater", "MegatronCollator", "MegatronRankStream", "arrow_rows", "megatron_rank_stream"]
 
 
 def __getattr__(name: str):
+    if name == "FairseqCollater":
+        from .fairseq_collater import FairseqCollater
+
+        return FairseqCollater
     if name == "MegatronCollator":
         from .collator import MegatronCollator
 
