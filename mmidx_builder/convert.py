@@ -674,13 +674,14 @@ def convert(inputs: Sequence[str] | str, output_prefix: str, tokenizer: str | To
             one_document_per_file: bool = False, streaming: bool = False, skip_bad_records: bool = False,
             overwrite: bool = False, progress: bool = False, add_special_tokens: bool = False,
             split_sentences: bool = False, keep_newlines: bool = False, lang: str = "english",
-            max_document_chars: int = MAX_DOCUMENT_CHARS) -> ConvertSummary:
+            max_document_chars: int = MAX_DOCUMENT_CHARS, tokenizer_options: dict | None = None) -> ConvertSummary:
     """Tokenizes ``inputs`` into ``{output_prefix}_{key}_document.bin/.idx`` per JSON key.
 
     ``tokenizer`` is ``"bytes"``, ``"none"`` (records hold token-id lists; give
     ``vocab_size``), a ``tokenizer.json`` or a sentencepiece ``.model``; ids are what
     megatron-core's tokenizer gives (no truncation, no padding, no special tokens unless
-    ``add_special_tokens``). ``split_sentences`` (nltk Punkt for ``lang``; ``keep_newlines``)
+    ``add_special_tokens``), or one of Megatron's vocabulary-file tokenizers by name with its
+    files in ``tokenizer_options`` (:func:`.tokenize.load_tokenizer`). ``split_sentences`` (nltk Punkt for ``lang``; ``keep_newlines``)
     writes ``..._{key}_sentence`` pairs with one sequence per sentence. Documents keep
     input order for any ``workers``. ``num_shards``/``shard_index`` convert one contiguous
     slice; :func:`merge` of all slices in order equals a single run. Raises
@@ -702,7 +703,8 @@ def convert(inputs: Sequence[str] | str, output_prefix: str, tokenizer: str | To
     planned = plan_inputs(inputs, one_document_per_file=one_document_per_file)
     if any(item.kind == "text" for item in planned) and len(keys) > 1:
         raise ConvertError(f"text inputs have one field; give one JSON key, not {keys}")
-    tok = load_tokenizer(tokenizer, eod_id=eod_id, vocab_size=vocab_size, add_special_tokens=add_special_tokens)
+    tok = load_tokenizer(tokenizer, eod_id=eod_id, vocab_size=vocab_size, add_special_tokens=add_special_tokens,
+                         **(tokenizer_options or {}))
     if append_eod and tok.eod_id is None:
         raise ConvertError(f"tokenizer {tok.name!r} has no end-of-document token; pass --eod-id")
     dtype = output_dtype(tok.vocab_size)

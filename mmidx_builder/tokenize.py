@@ -25,7 +25,7 @@ from typing import Sequence
 import numpy as np
 
 from .dtypes import megatron_writer_dtype as output_dtype  # noqa: F401  (the dtype convert writes)
-from . import autotokenizer
+from . import autotokenizer, megatron_tokenizers
 from .errors import ConvertError
 from .tokenizer_config import TokenizerConfig, read_tokenizer_config
 
@@ -184,6 +184,45 @@ class HFTokenizersTokenizer(_LoadedFromFile):
         return out
 
 
+class MegatronVocabTokenizer(_LoadedFromFile):
+    """Megatron-LM's GPT2BPETokenizer, BertWordPieceLowerCase/Case and TikTokenizer, built
+    from their vocabulary files (see :mod:`.megatron_tokenizers`)."""
+
+    _native = "_tokenizer"
+
+    def __init__(self, kind: str, eod_id: int | None = None, *, vocab_file: str | None = None,
+                 merge_file: str | None = None, tokenizer_model: str | None = None, vocab_size: int | None = None,
+                 tiktoken_pattern: str | None = None, tiktoken_num_special_tokens: int | None = None):
+        self.kind = kind
+        self.files = dict(vocab_file=vocab_file, merge_file=merge_file, tokenizer_model=tokenizer_model,
+                          vocab_size=vocab_size, tiktoken_pattern=tiktoken_pattern,
+                          tiktoken_num_special_tokens=tiktoken_num_special_tokens)
+        self._load()
+        self.name = f"{kind} ({', '.join(p for p in (vocab_file, merge_file, tokenizer_model) if p)})"
+        self.vocab_size, own_eod = self._size, self._eod
+        self.eod_source = "--eod-id" if eod_id is not None else (f"{kind}'s EOD" if own_eod is not None else "")
+        self.eod_id = own_eod if eod_id is None else eod_id
+        if self.eod_id is not None:
+            self.vocab_size = max(self.vocab_size, self.eod_id + 1)
+
+    def _load(self) -> None:
+        files = self.files
+        if self.kind == "GPT2BPETokenizer":
+            self._tokenizer, self._size, self._eod = megatron_tokenizers.gpt2_bpe(files["vocab_file"], files["merge_file"])
+        elif self.kind.startswith("BertWordPiece"):
+            self._tokenizer, self._size, self._eod = megatron_tokenizers.bert_wordpiece(
+                files["vocab_file"], lower_case=self.kind == "BertWordPieceLowerCase")
+        else:
+            self._tokenizer, self._size, self._eod = megatron_tokenizers.tiktoken_encoding(
+                files["tokenizer_model"], vocab_size=files["vocab_size"], pattern=files["tiktoken_pattern"],
+                num_special_tokens=files["tiktoken_num_special_tokens"])
+
+    def encode_batch(self, texts):
+        if self.kind == "TikTokenizer":  # TikTokenTokenizer.text_to_ids: special tokens in the text count
+            return [self._tokenizer.encode(text, allowed_special="all") for text in texts]
+        return [encoding.ids for encoding in self._tokenizer.encode_batch(list(texts), add_special_tokens=False)]
+
+
 class SentencePieceTokenizer(_LoadedFromFile):
     """A sentencepiece ``.model``; ids as ``encode_as_ids`` gives them (no BOS/EOS added), or
     with ``add_special_tokens`` the model's BOS first (Megatron's legacy Llama2Tokenizer)."""
@@ -219,12 +258,23 @@ class SentencePieceTokenizer(_LoadedFromFile):
 
 
 def load_tokenizer(spec: str, *, eod_id: int | None = None, vocab_size: int | None = None,
-                   add_special_tokens: bool = False) -> Tokenizer:
+                   add_special_tokens: bool = False, **files) -> Tokenizer:
     """The adapter for ``spec``: ``bytes``, ``none``, a ``tokenizer.json`` (or a folder
-    holding one), or a sentencepiece ``.model``. ``eod_id`` overrides the tokenizer's own;
-    ``add_special_tokens`` adds what the tokenizer's post-processor adds (see the module)."""
+    holding one), a sentencepiece ``.model``, or one of Megatron's vocabulary-file tokenizers
+    by its name (``GPT2BPETokenizer``...; ``files``: ``vocab_file``, ``merge_file``,
+    ``tokenizer_model``, ``tiktoken_pattern``, ``tiktoken_num_special_tokens``). ``eod_id``
+    overrides the tokenizer's own; ``add_special_tokens`` adds what the tokenizer's
+    post-processor adds (see the module)."""
     if isinstance(spec, Tokenizer):
         return spec
+    if spec in megatron_tokenizers.NAMES:
+        if add_special_tokens:
+            raise ConvertError(f"--add-special-tokens does not apply to --tokenizer {spec} (Megatron adds none)")
+        return MegatronVocabTokenizer(spec, eod_id, vocab_size=vocab_size, **files)
+    given = [f"--{name.replace('_', '-')}" for name, value in files.items() if value is not None]
+    if given:
+        raise ConvertError(f"{', '.join(given)} apply to --tokenizer {' / '.join(megatron_tokenizers.NAMES)}, "
+                           f"not to --tokenizer {spec}")
     if add_special_tokens and spec in ("bytes", "none"):
         raise ConvertError(f"--add-special-tokens applies to tokenizer.json and sentencepiece tokenizers, "
                            f"not to --tokenizer {spec}")
@@ -247,4 +297,4 @@ def load_tokenizer(spec: str, *, eod_id: int | None = None, vocab_size: int | No
 
 
 __all__ = ["EOD_TOKENS", "Tokenizer", "BytesTokenizer", "PretokenizedTokenizer", "HFTokenizersTokenizer",
-           "SentencePieceTokenizer", "load_tokenizer", "output_dtype"]
+           "MegatronVocabTokenizer", "SentencePieceTokenizer", "load_tokenizer", "output_dtype"]
