@@ -60,6 +60,9 @@ def build(path: str, config: TokenizerConfig, *, use_transformers: bool | None =
     if use_transformers is None:
         use_transformers = opens_folder and _transformers_installed()
     if use_transformers:
+        file = os.path.join(folder, TOKENIZER_FILE)
+        if os.path.isfile(file):
+            _load_file(file)  # a damaged tokenizer.json named as such, before transformers' own words
         return _with_transformers(folder)
     if needs_transformers(config):
         raise ConvertError(f"{folder}: {config.class_description()} is a tokenizer class that transformers builds its "
@@ -116,10 +119,7 @@ def _without_transformers(path: str, config: TokenizerConfig) -> BuiltTokenizer:
     """The generic class, built from the files: tokenizer.json plus the config's special
     tokens registered as transformers registers them."""
     tokenizers = _import_tokenizers()
-    try:
-        tokenizer = tokenizers.Tokenizer.from_file(path)
-    except Exception as error:  # tokenizers raises a bare Exception for unreadable files
-        raise ConvertError(f"{path}: cannot load as a tokenizers file (tokenizer.json): {error}") from None
+    tokenizer = _load_file(path)
     added = {token.content for token in tokenizer.get_added_tokens_decoder().values()}
     missing = []
     for token in config.in_registration_order():
@@ -137,6 +137,14 @@ def _without_transformers(path: str, config: TokenizerConfig) -> BuiltTokenizer:
                           tokenizer.token_to_id(unk_token) if unk_token is not None else None, vocab_size,
                           eod_token, tokenizer.token_to_id(eod_token) if eod_token is not None else None,
                           "tokenizers", os.path.dirname(os.path.abspath(path)))
+
+
+def _load_file(path: str):
+    tokenizers = _import_tokenizers()
+    try:
+        return tokenizers.Tokenizer.from_file(path)
+    except Exception as error:  # tokenizers raises a bare Exception for unreadable files
+        raise ConvertError(f"{path}: cannot load as a tokenizers file (tokenizer.json): {error}") from None
 
 
 def _model_unk_token(tokenizer) -> str | None:

@@ -200,7 +200,8 @@ class MegatronVocabTokenizer(_LoadedFromFile):
         self._load()
         self.name = f"{kind} ({', '.join(p for p in (vocab_file, merge_file, tokenizer_model) if p)})"
         self.vocab_size, own_eod = self._size, self._eod
-        self.eod_source = "--eod-id" if eod_id is not None else (f"{kind}'s EOD" if own_eod is not None else "")
+        own_token = {"GPT2BPETokenizer": "<|endoftext|>", "TikTokenizer": "</s>"}.get(kind, "[EOS]")
+        self.eod_source = "--eod-id" if eod_id is not None else (own_token if own_eod is not None else "")
         self.eod_id = own_eod if eod_id is None else eod_id
         if self.eod_id is not None:
             self.vocab_size = max(self.vocab_size, self.eod_id + 1)
