@@ -83,8 +83,8 @@ def load_transformers_tokenizer(folder: str):
     try:
         import transformers
     except ImportError as error:
-        raise ConvertError(f"{folder}: building this tokenizer needs the 'transformers' package ({error}); "
-                           "pip install 'mmidx-builder[transformers]'") from None
+        raise ConvertError(f"{folder}: building this tokenizer (no tokenizer.json: the class's own files) needs the "
+                           f"'transformers' package ({error}); pip install 'mmidx-builder[transformers]'") from None
     try:
         tokenizer = transformers.AutoTokenizer.from_pretrained(folder, use_fast=False, trust_remote_code=False,
                                                                local_files_only=True)

@@ -285,6 +285,10 @@ def load_tokenizer(spec: str, *, eod_id: int | None = None, vocab_size: int | No
         return PretokenizedTokenizer(vocab_size, eod_id)
     path = os.fspath(spec)
     if os.path.isdir(path):
+        if not os.path.isfile(os.path.join(path, "tokenizer.json")) and \
+                os.path.isfile(os.path.join(path, "tokenizer_config.json")):
+            # A folder of a class's own files (vocab.txt, spiece.model...): transformers builds it.
+            return HFTokenizersTokenizer(path, eod_id, add_special_tokens, use_transformers=True)
         path = os.path.join(path, "tokenizer.json")
     if not os.path.isfile(path):
         raise ConvertError(f"tokenizer {spec!r}: no such file; give 'bytes', 'none', a tokenizer.json "
