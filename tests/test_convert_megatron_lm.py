@@ -178,6 +178,7 @@ def all_cases(root, source) -> dict:
     cases += class_cases(root, source)
     cases += vocab_file_cases(root, source)
     cases.append(bare_cr_case(root))
+    cases.append(sparse_case(root))
     return {case.name: case for case in cases}
 
 
@@ -433,18 +434,26 @@ def test_jsonl_with_bare_cr_line_ends_read_as_megatron_reads_it(all_cases, megat
 
 # --- item 6: an id past the output dtype -----------------------------------------------
 
-def test_token_id_past_the_dtype_is_one_line_from_the_cli(tmp_path):
-    """A WordLevel vocabulary of three entries whose ids run to 70,000: the dtype follows the
-    vocabulary size (uint16, as Megatron picks it), the id does not fit."""
+def sparse_case(root) -> Case:
+    """A WordLevel vocabulary of three entries whose ids run to 70,000."""
     tokenizers = pytest.importorskip("tokenizers")
     tokenizer = tokenizers.Tokenizer(tokenizers.models.WordLevel({"[UNK]": 0, "a": 1, "far": 70000}, unk_token="[UNK]"))
     tokenizer.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
-    folder = tmp_path / "sparse"
+    folder = root / "sparse"
     folder.mkdir()
     tokenizer.save(str(folder / "tokenizer.json"))
-    source = write_jsonl(tmp_path / "in.jsonl", ["a a", "a far a"])
-    done = subprocess.run([sys.executable, "-m", "mmidx_builder.cli", "convert", source, "--output-prefix",
-                           str(tmp_path / "out"), "--tokenizer", str(folder), "--no-progress"],
+    source = write_jsonl(root / "sparse.jsonl", ["a a", "a far a"])
+    return Case("sparse_ids", ["--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", str(folder)],
+                str(folder), source, append_eod=False)
+
+
+def test_token_id_past_the_dtype_is_one_line_from_the_cli(all_cases, megatron_outputs, tmp_path):
+    """The dtype follows the vocabulary size (uint16, as Megatron picks it) and the id 70,000
+    does not fit: preprocess_data.py's worker dies with an OverflowError, convert says so."""
+    assert megatron_outputs["sparse_ids"][1]  # no pair from Megatron
+    case = all_cases["sparse_ids"]
+    done = subprocess.run([sys.executable, "-m", "mmidx_builder.cli", "convert", case.input, "--output-prefix",
+                           str(tmp_path / "out"), "--tokenizer", case.tokenizer, "--no-progress"],
                           capture_output=True, text=True)
     assert done.returncode == 1
     assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
