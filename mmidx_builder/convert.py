@@ -279,6 +279,8 @@ class _Reader:
             yield from self._lines(item, start)
 
     def _batches(self, source: str, kind: str, unit: str, records: Iterable[tuple[int, bytes]]) -> Iterator[Batch]:
+        if kind == "json":
+            records = _universal_newlines(records, unit)
         positions, payloads, size = [], [], 0
         for position, payload in records:
             positions.append(position)
@@ -392,6 +394,25 @@ def _open_compressed(path: str):
         raise ConvertError(f"{path}: reading {suffix} files needs the 'zstandard' package "
                            "(pip install zstandard), or decompress the file first") from None
     return zstandard.open(path, "rb")
+
+
+def _universal_newlines(records, unit: str):
+    """JSON lines as preprocess_data.py reads them, in text mode: a bare ``\r`` ends a line
+    too (old Mac line ends). Binary ``readline`` splits at ``\n`` only; a JSON text holds no
+    raw ``\r`` inside a string, so every bare one is a line end. Units stay as the reader
+    cut them (shards own whole ``\n`` lines); positions count the split lines."""
+    extra = 0  # lines a bare \r split off before this one (line numbers only)
+    for position, line in records:
+        parts = line.splitlines(keepends=True) if b"\r" in line else ()
+        if len(parts) < 2:  # no \r, or only the \r of a \r\n
+            yield position + extra, line
+            continue
+        offset = 0
+        for k, part in enumerate(parts):
+            yield (position + offset, part) if unit == "byte" else (position + extra + k, part)
+            offset += len(part)
+        if unit != "byte":
+            extra += len(parts) - 1
 
 
 def _lines_below(records, high: int):
@@ -509,13 +530,50 @@ def _tokenize_batch(batch: Batch) -> BatchResult:
         if splitter:
             pieces = [_split(splitter, text, batch.where(k), key) for k, text in zip(kept, texts)]
             flat = [sentence for piece in pieces for sentence in piece]
-            encoded = tokenizer.encode_batch(flat) if flat else []
-            tokens[key], lengths[key], sentences[key] = _flatten_sentences(encoded, [len(p) for p in pieces],
-                                                                          eod, dtype)
+            wheres = [batch.where(k) for k, piece in zip(kept, pieces) for _ in piece]
+            encoded = _encode(tokenizer, flat, wheres, key) if flat else []
+            try:
+                tokens[key], lengths[key], sentences[key] = _flatten_sentences(encoded, [len(p) for p in pieces],
+                                                                              eod, dtype)
+            except (OverflowError, ValueError):
+                raise _id_outside_dtype(encoded, dtype, wheres, key) from None
             continue
-        encoded = texts if tokenizer.pretokenized else (tokenizer.encode_batch(texts) if texts else [])
-        tokens[key], lengths[key] = _flatten(encoded, eod, dtype)
+        wheres = [batch.where(k) for k in kept]
+        encoded = texts if tokenizer.pretokenized else (_encode(tokenizer, texts, wheres, key) if texts else [])
+        try:
+            tokens[key], lengths[key] = _flatten(encoded, eod, dtype)
+        except (OverflowError, ValueError):  # numpy refuses an id outside the dtype
+            raise _id_outside_dtype(encoded, dtype, wheres, key) from None
     return BatchResult(tokens, lengths, bad, batch.input_bytes, sentences)
+
+
+def _encode(tokenizer: Tokenizer, texts: list, wheres: list[str], key: str) -> list:
+    """``tokenizer.encode_batch(texts)``; a text the tokenizer fails on (tokenizers raises a
+    bare Exception, e.g. a WordPiece model whose unk token is not in its vocabulary) is a
+    ConvertError naming the record, found by encoding the batch's texts one at a time."""
+    try:
+        return tokenizer.encode_batch(texts)
+    except Exception as error:  # noqa: BLE001 - tokenizers' own errors are bare Exceptions
+        for where, text in zip(wheres, texts):
+            try:
+                tokenizer.encode_batch([text])
+            except Exception as single:  # noqa: BLE001
+                raise ConvertError(f"{where}: {key!r}: the tokenizer cannot encode this text: {single}") from None
+        raise ConvertError(f"{wheres[0] if wheres else key}: the tokenizer failed on a batch: {error}") from None
+
+
+def _id_outside_dtype(encoded: list, dtype: np.dtype, wheres: list[str], key: str) -> ConvertError:
+    """The first document holding an id the output dtype cannot hold, named. The dtype
+    follows the vocabulary size as Megatron's (len(tokenizer)); a tokenizer whose ids run
+    past it (a sparse vocabulary) would crash preprocess_data.py's worker there."""
+    info = np.iinfo(dtype)
+    for where, ids in zip(wheres, encoded):
+        bad = [i for i in ids if not info.min <= i <= info.max]
+        if bad:
+            return ConvertError(f"{where}: {key!r}: token id {bad[0]} does not fit the output dtype {dtype.name} "
+                                f"(ids {info.min}..{info.max}, chosen from the tokenizer's vocabulary size as "
+                                "Megatron chooses it); the tokenizer gives ids past its vocabulary size")
+    return ConvertError(f"{key!r}: a token id does not fit the output dtype {dtype.name}")
 
 
 def _split(splitter: SentenceSplitter, text: str, where: str, key: str) -> list[str]:
@@ -616,13 +674,14 @@ def convert(inputs: Sequence[str] | str, output_prefix: str, tokenizer: str | To
             one_document_per_file: bool = False, streaming: bool = False, skip_bad_records: bool = False,
             overwrite: bool = False, progress: bool = False, add_special_tokens: bool = False,
             split_sentences: bool = False, keep_newlines: bool = False, lang: str = "english",
-            max_document_chars: int = MAX_DOCUMENT_CHARS) -> ConvertSummary:
+            max_document_chars: int = MAX_DOCUMENT_CHARS, tokenizer_options: dict | None = None) -> ConvertSummary:
     """Tokenizes ``inputs`` into ``{output_prefix}_{key}_document.bin/.idx`` per JSON key.
 
     ``tokenizer`` is ``"bytes"``, ``"none"`` (records hold token-id lists; give
     ``vocab_size``), a ``tokenizer.json`` or a sentencepiece ``.model``; ids are what
     megatron-core's tokenizer gives (no truncation, no padding, no special tokens unless
-    ``add_special_tokens``). ``split_sentences`` (nltk Punkt for ``lang``; ``keep_newlines``)
+    ``add_special_tokens``), or one of Megatron's vocabulary-file tokenizers by name with its
+    files in ``tokenizer_options`` (:func:`.tokenize.load_tokenizer`). ``split_sentences`` (nltk Punkt for ``lang``; ``keep_newlines``)
     writes ``..._{key}_sentence`` pairs with one sequence per sentence. Documents keep
     input order for any ``workers``. ``num_shards``/``shard_index`` convert one contiguous
     slice; :func:`merge` of all slices in order equals a single run. Raises
@@ -644,7 +703,8 @@ def convert(inputs: Sequence[str] | str, output_prefix: str, tokenizer: str | To
     planned = plan_inputs(inputs, one_document_per_file=one_document_per_file)
     if any(item.kind == "text" for item in planned) and len(keys) > 1:
         raise ConvertError(f"text inputs have one field; give one JSON key, not {keys}")
-    tok = load_tokenizer(tokenizer, eod_id=eod_id, vocab_size=vocab_size, add_special_tokens=add_special_tokens)
+    tok = load_tokenizer(tokenizer, eod_id=eod_id, vocab_size=vocab_size, add_special_tokens=add_special_tokens,
+                         **(tokenizer_options or {}))
     if append_eod and tok.eod_id is None:
         raise ConvertError(f"tokenizer {tok.name!r} has no end-of-document token; pass --eod-id")
     dtype = output_dtype(tok.vocab_size)

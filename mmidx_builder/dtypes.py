@@ -3,8 +3,9 @@
     rule                          where it comes from                      function
     .idx header code <-> dtype    megatron-core DType / fairseq _code_to_dtype   DTYPE_TABLES, dtype_code
     smallest dtype for a vocab    the writers people compare us with       smallest_dtype
+    dtype a writer picks          Megatron optimal_dtype / fairseq          writer_dtype
+                                  best_fitting_int_dtype
     dtype convert writes          megatron-core DType.optimal_dtype         megatron_writer_dtype
-    dtype fairseq-preprocess      fairseq best_fitting_int_dtype            fairseq_writer_dtype
     raw files' token dtype        n_bytes tokens plus one EOF id            raw_token_dtype
     an output dtype a user asks   an integer numpy dtype name               integer_dtype
     casting tokens to it          refuse values that would not survive      cast_tokens
@@ -76,18 +77,19 @@ def smallest_dtype(vocab_size: int, flavour: Flavour = Flavour.MEGATRON) -> np.d
     return np.dtype(np.uint32 if vocab_size < 2**32 - 1 else np.int64)
 
 
+def writer_dtype(vocab_size: int, flavour: Flavour = Flavour.MEGATRON) -> np.dtype:
+    """The dtype the real writers pick for a vocabulary: Megatron's ``DType.optimal_dtype`` and
+    fairseq's ``best_fitting_int_dtype`` have no uint8 branch, so a vocabulary of 256 or fewer
+    ids is uint16 there too; above that, :func:`smallest_dtype`."""
+    if vocab_size < 1:
+        return smallest_dtype(vocab_size)  # the error
+    return smallest_dtype(max(vocab_size, 257), flavour)
+
+
 def megatron_writer_dtype(vocab_size: int) -> np.dtype:
     """Megatron's ``DType.optimal_dtype``, which its preprocess_data.py uses: uint16 below
     65,500 ids, else int32. Not the smallest dtype: uint8 would differ from Megatron's files."""
     return np.dtype(np.uint16 if vocab_size < UINT16_VOCAB_LIMIT else np.int32)
-
-
-def fairseq_writer_dtype(vocab_size: int) -> np.dtype:
-    """fairseq's ``best_fitting_int_dtype``, which fairseq-preprocess writes with: uint16
-    below 65,500 symbols, uint32 below 2**32 - 1, else int64 (never uint8)."""
-    if vocab_size < UINT16_VOCAB_LIMIT:
-        return np.dtype(np.uint16)
-    return np.dtype(np.uint32 if vocab_size < 2**32 - 1 else np.int64)
 
 
 def raw_token_dtype(eof_id: int) -> np.dtype:
@@ -148,4 +150,4 @@ def common_token_dtype(dtypes, names=None) -> np.dtype:
 
 
 __all__ = ["DTYPE_TABLES", "FAIRSEQ_DTYPES", "Flavour", "MEGATRON_DTYPES", "cast_tokens", "common_token_dtype",
-           "dtype_code", "fairseq_writer_dtype", "integer_dtype", "megatron_writer_dtype", "raw_token_dtype", "smallest_dtype"]
+           "dtype_code", "integer_dtype", "megatron_writer_dtype", "raw_token_dtype", "smallest_dtype", "writer_dtype"]

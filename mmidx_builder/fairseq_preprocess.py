@@ -31,7 +31,7 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from ._io import temporary_path
-from .dtypes import Flavour, fairseq_writer_dtype
+from .dtypes import Flavour, writer_dtype
 from .errors import ConvertError, ParameterError
 from .fairseq import Dictionary, dictionary_path
 from .format import IndexedFileWriter
@@ -196,7 +196,7 @@ def build_dictionary(paths: Sequence[str], *, threshold: int = -1, nwords: int =
 
 def binarize(text_path: str, dictionary: Dictionary, prefix: str, *, workers: int = 1) -> BinarizedFile:
     """Writes ``prefix.bin/.idx`` from a text file, as fairseq-preprocess does for one side."""
-    dtype = fairseq_writer_dtype(len(dictionary))
+    dtype = writer_dtype(len(dictionary), Flavour.FAIRSEQ)
     state = (dictionary.indices, dictionary.unk_index, dictionary.eos_index, dtype)
     written = BinarizedFile("", "", text_path, prefix)
     with IndexedFileWriter(prefix, dtype=dtype, flavour=Flavour.FAIRSEQ) as writer:

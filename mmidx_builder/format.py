@@ -38,7 +38,7 @@ from typing import IO, Callable, Iterable, Sequence
 import numpy as np
 
 from ._io import TEMPORARY_MARK, file_identity, remove_quietly, temporary_path
-from .dtypes import DTYPE_TABLES, FAIRSEQ_DTYPES, MEGATRON_DTYPES, Flavour, dtype_code, smallest_dtype  # noqa: F401
+from .dtypes import DTYPE_TABLES, FAIRSEQ_DTYPES, MEGATRON_DTYPES, Flavour, dtype_code, smallest_dtype, writer_dtype  # noqa: F401
 from .errors import FormatError, MissingPartnerError, ParameterError
 from .source import Concatenated, check_pieces, combined_identity, first_bad
 
@@ -527,7 +527,7 @@ class IndexedFileWriter:
         if dtype is None:
             if vocab_size is None:
                 raise ParameterError("give the writer a dtype or a vocab_size to choose one from")
-            dtype = smallest_dtype(vocab_size, self.flavour)
+            dtype = writer_dtype(vocab_size, self.flavour)
         self.dtype = np.dtype(dtype).newbyteorder("<")
         self._code = dtype_code(self.dtype, self.flavour)
         self._lengths = array.array("q")

@@ -25,6 +25,7 @@ from typing import Sequence
 import numpy as np
 
 from .dtypes import megatron_writer_dtype as output_dtype  # noqa: F401  (the dtype convert writes)
+from . import autotokenizer, megatron_tokenizers
 from .errors import ConvertError
 from .tokenizer_config import TokenizerConfig, read_tokenizer_config
 
@@ -105,22 +106,27 @@ def _import(module: str, extra: str):
 
 
 class HFTokenizersTokenizer(_LoadedFromFile):
-    """A HuggingFace ``tokenizers`` file (``tokenizer.json``), e.g. from a model repo, read
-    as transformers reads it for Megatron: with the special tokens of the
-    ``tokenizer_config.json`` beside it (see :mod:`.tokenizer_config`), never truncated or
-    padded, and the post-processor's special tokens only with ``add_special_tokens``."""
+    """A HuggingFace tokenizer folder (or its ``tokenizer.json``) as Megatron's
+    HuggingFaceTokenizer opens it (see :mod:`.autotokenizer`: built by transformers when it
+    is installed, with the special tokens of the ``tokenizer_config.json`` beside it),
+    never truncated or padded, pieces mapped to ids by their string as
+    ``convert_tokens_to_ids`` maps them, and the post-processor's special tokens only with
+    ``add_special_tokens`` (then the ids ``tokenizer(text).input_ids`` gives)."""
 
     _native = "_tokenizer"
 
-    def __init__(self, path: str, eod_id: int | None = None, add_special_tokens: bool = False):
+    def __init__(self, path: str, eod_id: int | None = None, add_special_tokens: bool = False,
+                 use_transformers: bool | None = None):
         self.path = path
         self.name = path
         self.add_special_tokens = add_special_tokens
-        self.config: TokenizerConfig = read_tokenizer_config(os.path.dirname(os.path.abspath(path)))
+        folder = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+        self.config: TokenizerConfig = read_tokenizer_config(folder)
+        self.built = autotokenizer.build(path, self.config, use_transformers=use_transformers)
         self._load()
         self.model_max_length = self.config.model_max_length
         # Added tokens count: Megatron's HuggingFaceTokenizer.vocab_size is len(tokenizer).
-        self.vocab_size = self._tokenizer.get_vocab_size(with_added_tokens=True)
+        self.vocab_size = self.built.vocab_size
         if eod_id is None:
             eod_id, self.eod_source = self._find_eod()
         else:
@@ -130,47 +136,92 @@ class HFTokenizersTokenizer(_LoadedFromFile):
             self.vocab_size = max(self.vocab_size, eod_id + 1)
 
     def _find_eod(self) -> tuple[int | None, str]:
-        token, key = self.config.eod_token()
-        if token is not None:  # registered by _load, so it has an id
-            files = " + ".join(os.path.basename(f) for f in self.config.files)
-            return self._tokenizer.token_to_id(token), f"{token} ({key} of {files})"
+        if self.built.eod_id is not None:
+            files = " + ".join(os.path.basename(f) for f in self.config.files) or self.built.built_by
+            return self.built.eod_id, f"{self.built.eod_token} (the EOS of {files}, else its SEP)"
         # Where Megatron would find none (and crash on --append-eod), the usual names.
         for token in EOD_TOKENS:
-            if self._tokenizer.token_to_id(token) is not None:
-                return self._tokenizer.token_to_id(token), token
+            if self._ids.get(token) is not None:
+                return self._ids[token], token
         return None, ""
 
     def _load(self) -> None:
+        if self.built.backend_json is None:  # a class transformers runs in Python: it encodes
+            self._tokenizer = autotokenizer.load_transformers_tokenizer(self.built.folder)
+            self._ids = self._tokenizer.get_vocab()
+            return
         tokenizers = _import("tokenizers", "tokenizers")
-        try:
-            self._tokenizer = tokenizers.Tokenizer.from_file(self.path)
-        except Exception as error:  # tokenizers raises a bare Exception for unreadable files
-            raise ConvertError(f"{self.path}: cannot load as a tokenizers file (tokenizer.json): {error}") from None
+        self._tokenizer = tokenizers.Tokenizer.from_str(self.built.backend_json)
         # Many published tokenizer.json files (sentence-embedding and encoder models) carry
         # truncation to 128 or 512 tokens and fixed-length padding, which `encode` applies:
         # a document must never lose its tail or gain [PAD]s. transformers turns both off on
         # every call Megatron makes, so Megatron keeps every token too.
         self._tokenizer.no_truncation()
         self._tokenizer.no_padding()
-        self._register_config_tokens(tokenizers)
-
-    def _register_config_tokens(self, tokenizers) -> None:
-        """tokenizer_config.json's special tokens that tokenizer.json does not hold as added
-        tokens become special added tokens, as transformers' from_pretrained makes them."""
-        added = {token.content for token in self._tokenizer.get_added_tokens_decoder().values()}
-        missing = []
-        for token in self.config.in_registration_order():
-            if token.content not in added:
-                added.add(token.content)
-                missing.append(tokenizers.AddedToken(token.content, single_word=token.single_word,
-                                                     lstrip=token.lstrip, rstrip=token.rstrip,
-                                                     normalized=token.normalized, special=True))
-        if missing:
-            self._tokenizer.add_special_tokens(missing)
+        self._tokenizer.encode_special_tokens = self.built.split_special_tokens
+        # convert_tokens_to_ids: the backend's token_to_id of each piece, else unk_token_id.
+        self._ids = {token: self._tokenizer.token_to_id(token)
+                     for token in self._tokenizer.get_vocab(with_added_tokens=True)}
 
     def encode_batch(self, texts):
+        if self.built.backend_json is None:
+            if self.add_special_tokens:
+                return [self._tokenizer(text).input_ids for text in texts]
+            return [self._tokenizer.convert_tokens_to_ids(self._tokenizer.tokenize(text)) for text in texts]
         encodings = self._tokenizer.encode_batch(list(texts), add_special_tokens=self.add_special_tokens)
-        return [encoding.ids for encoding in encodings]
+        if self.add_special_tokens:  # tokenizer(text).input_ids: the backend's ids as they are
+            return [encoding.ids for encoding in encodings]
+        ids, unk = self._ids, self.built.unk_id
+        out = []
+        for encoding in encodings:
+            tokens = encoding.tokens
+            mapped = [ids.get(token, unk) for token in tokens]
+            if unk is None and None in mapped:
+                piece = tokens[mapped.index(None)]
+                raise ConvertError(f"{self.name}: the piece {piece!r} is not in the vocabulary and the tokenizer has "
+                                   "no unk_token to stand for it (Megatron's convert_tokens_to_ids gives None there)")
+            out.append(mapped)
+        return out
+
+
+class MegatronVocabTokenizer(_LoadedFromFile):
+    """Megatron-LM's GPT2BPETokenizer, BertWordPieceLowerCase/Case and TikTokenizer, built
+    from their vocabulary files (see :mod:`.megatron_tokenizers`)."""
+
+    _native = "_tokenizer"
+
+    def __init__(self, kind: str, eod_id: int | None = None, *, vocab_file: str | None = None,
+                 merge_file: str | None = None, tokenizer_model: str | None = None, vocab_size: int | None = None,
+                 tiktoken_pattern: str | None = None, tiktoken_num_special_tokens: int | None = None):
+        self.kind = kind
+        self.files = dict(vocab_file=vocab_file, merge_file=merge_file, tokenizer_model=tokenizer_model,
+                          vocab_size=vocab_size, tiktoken_pattern=tiktoken_pattern,
+                          tiktoken_num_special_tokens=tiktoken_num_special_tokens)
+        self._load()
+        self.name = f"{kind} ({', '.join(p for p in (vocab_file, merge_file, tokenizer_model) if p)})"
+        self.vocab_size, own_eod = self._size, self._eod
+        own_token = {"GPT2BPETokenizer": "<|endoftext|>", "TikTokenizer": "</s>"}.get(kind, "[EOS]")
+        self.eod_source = "--eod-id" if eod_id is not None else (own_token if own_eod is not None else "")
+        self.eod_id = own_eod if eod_id is None else eod_id
+        if self.eod_id is not None:
+            self.vocab_size = max(self.vocab_size, self.eod_id + 1)
+
+    def _load(self) -> None:
+        files = self.files
+        if self.kind == "GPT2BPETokenizer":
+            self._tokenizer, self._size, self._eod = megatron_tokenizers.gpt2_bpe(files["vocab_file"], files["merge_file"])
+        elif self.kind.startswith("BertWordPiece"):
+            self._tokenizer, self._size, self._eod = megatron_tokenizers.bert_wordpiece(
+                files["vocab_file"], lower_case=self.kind == "BertWordPieceLowerCase")
+        else:
+            self._tokenizer, self._size, self._eod = megatron_tokenizers.tiktoken_encoding(
+                files["tokenizer_model"], vocab_size=files["vocab_size"], pattern=files["tiktoken_pattern"],
+                num_special_tokens=files["tiktoken_num_special_tokens"])
+
+    def encode_batch(self, texts):
+        if self.kind == "TikTokenizer":  # TikTokenTokenizer.text_to_ids: special tokens in the text count
+            return [self._tokenizer.encode(text, allowed_special="all") for text in texts]
+        return [encoding.ids for encoding in self._tokenizer.encode_batch(list(texts), add_special_tokens=False)]
 
 
 class SentencePieceTokenizer(_LoadedFromFile):
@@ -208,12 +259,23 @@ class SentencePieceTokenizer(_LoadedFromFile):
 
 
 def load_tokenizer(spec: str, *, eod_id: int | None = None, vocab_size: int | None = None,
-                   add_special_tokens: bool = False) -> Tokenizer:
+                   add_special_tokens: bool = False, **files) -> Tokenizer:
     """The adapter for ``spec``: ``bytes``, ``none``, a ``tokenizer.json`` (or a folder
-    holding one), or a sentencepiece ``.model``. ``eod_id`` overrides the tokenizer's own;
-    ``add_special_tokens`` adds what the tokenizer's post-processor adds (see the module)."""
+    holding one), a sentencepiece ``.model``, or one of Megatron's vocabulary-file tokenizers
+    by its name (``GPT2BPETokenizer``...; ``files``: ``vocab_file``, ``merge_file``,
+    ``tokenizer_model``, ``tiktoken_pattern``, ``tiktoken_num_special_tokens``). ``eod_id``
+    overrides the tokenizer's own; ``add_special_tokens`` adds what the tokenizer's
+    post-processor adds (see the module)."""
     if isinstance(spec, Tokenizer):
         return spec
+    if spec in megatron_tokenizers.NAMES:
+        if add_special_tokens:
+            raise ConvertError(f"--add-special-tokens does not apply to --tokenizer {spec} (Megatron adds none)")
+        return MegatronVocabTokenizer(spec, eod_id, vocab_size=vocab_size, **files)
+    given = [f"--{name.replace('_', '-')}" for name, value in files.items() if value is not None]
+    if given:
+        raise ConvertError(f"{', '.join(given)} apply to --tokenizer {' / '.join(megatron_tokenizers.NAMES)}, "
+                           f"not to --tokenizer {spec}")
     if add_special_tokens and spec in ("bytes", "none"):
         raise ConvertError(f"--add-special-tokens applies to tokenizer.json and sentencepiece tokenizers, "
                            f"not to --tokenizer {spec}")
@@ -223,6 +285,10 @@ def load_tokenizer(spec: str, *, eod_id: int | None = None, vocab_size: int | No
         return PretokenizedTokenizer(vocab_size, eod_id)
     path = os.fspath(spec)
     if os.path.isdir(path):
+        if not os.path.isfile(os.path.join(path, "tokenizer.json")) and \
+                os.path.isfile(os.path.join(path, "tokenizer_config.json")):
+            # A folder of a class's own files (vocab.txt, spiece.model...): transformers builds it.
+            return HFTokenizersTokenizer(path, eod_id, add_special_tokens, use_transformers=True)
         path = os.path.join(path, "tokenizer.json")
     if not os.path.isfile(path):
         raise ConvertError(f"tokenizer {spec!r}: no such file; give 'bytes', 'none', a tokenizer.json "
@@ -236,4 +302,4 @@ def load_tokenizer(spec: str, *, eod_id: int | None = None, vocab_size: int | No
 
 
 __all__ = ["EOD_TOKENS", "Tokenizer", "BytesTokenizer", "PretokenizedTokenizer", "HFTokenizersTokenizer",
-           "SentencePieceTokenizer", "load_tokenizer", "output_dtype"]
+           "MegatronVocabTokenizer", "SentencePieceTokenizer", "load_tokenizer", "output_dtype"]

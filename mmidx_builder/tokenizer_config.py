@@ -13,6 +13,9 @@ Megatron's preprocess_data.py opens a HuggingFace tokenizer folder with
   ``sep_token`` when there is no ``eos_token``.
 
 ``model_max_length`` changes nothing (no truncation happens) but is worth a warning.
+``split_special_tokens`` (transformers sets the backend's ``encode_special_tokens`` from it)
+and ``tokenizer_class`` are read too: a class other than the generic fast tokenizer is one
+that transformers builds its own way, which :mod:`.autotokenizer` leaves to transformers.
 """
 
 from __future__ import annotations
@@ -28,6 +31,9 @@ SPECIAL_TOKEN_KEYS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_t
 # The list of further special tokens: transformers 4 writes the first name, 5 the second.
 EXTRA_TOKEN_KEYS = ("additional_special_tokens", "extra_special_tokens")
 CONFIG_FILES = ("tokenizer_config.json", "special_tokens_map.json")
+# tokenizer_class values that load tokenizer.json as it is (transformers 5 names the class
+# TokenizersBackend; PreTrainedTokenizerFast is its old name and an alias).
+GENERIC_CLASSES = ("PreTrainedTokenizerFast", "TokenizersBackend")
 # transformers writes int(1e30) when a tokenizer has no maximum; anything this large means "none".
 UNBOUNDED_LENGTH = 10 ** 12
 
@@ -51,6 +57,20 @@ class TokenizerConfig:
     extra: list  # further SpecialTokens, in file order
     model_max_length: int | None = None
     files: tuple = ()  # the files that were read
+    split_special_tokens: bool = False
+    tokenizer_class: str | None = None
+    model_type: str | None = None  # config.json's, which picks the class when tokenizer_class is absent
+
+    def generic(self) -> bool:
+        """Whether transformers loads tokenizer.json as it is (no class of its own rebuilds it)."""
+        if self.tokenizer_class is not None:
+            return self.tokenizer_class in GENERIC_CLASSES
+        return self.model_type is None
+
+    def class_description(self) -> str:
+        if self.tokenizer_class is not None:
+            return f"tokenizer_class {self.tokenizer_class!r}"
+        return f"config.json's model_type {self.model_type!r}"
 
     def in_registration_order(self) -> list[SpecialToken]:
         return [self.special[key] for key in SPECIAL_TOKEN_KEYS if key in self.special] + self.extra
@@ -69,6 +89,7 @@ def read_tokenizer_config(folder: str) -> TokenizerConfig:
     extra: list = []
     model_max_length = None
     files = []
+    options: dict = {}
     for name in CONFIG_FILES:
         path = os.path.join(folder, name)
         if not os.path.isfile(path):
@@ -93,7 +114,31 @@ def read_tokenizer_config(folder: str) -> TokenizerConfig:
             if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 1:
                 raise ConvertError(f"{path}: 'model_max_length' should be a positive number, found {value!r}")
             model_max_length = int(value) if value < UNBOUNDED_LENGTH else None
-    return TokenizerConfig(special, extra, model_max_length, tuple(files))
+        if name == "tokenizer_config.json":
+            options = _options(data, path)
+    model_type = _model_type(os.path.join(folder, "config.json"))
+    return TokenizerConfig(special, extra, model_max_length, tuple(files), model_type=model_type, **options)
+
+
+def _options(data: dict, path: str) -> dict:
+    options = {}
+    value = data.get("split_special_tokens", False)
+    if not isinstance(value, bool):
+        raise ConvertError(f"{path}: 'split_special_tokens' should be true or false, found {value!r}")
+    options["split_special_tokens"] = value
+    value = data.get("tokenizer_class")
+    if value is not None and not isinstance(value, str):
+        raise ConvertError(f"{path}: 'tokenizer_class' should be a class name, found {value!r:.80}")
+    options["tokenizer_class"] = value
+    return options
+
+
+def _model_type(path: str) -> str | None:
+    """config.json's model_type (a model folder's), which AutoTokenizer maps to a class."""
+    if not os.path.isfile(path):
+        return None
+    value = _read_json_object(path).get("model_type")
+    return value if isinstance(value, str) and value else None
 
 
 def _read_json_object(path: str) -> dict:
@@ -120,4 +165,4 @@ def _special_token(value, path: str, key: str) -> SpecialToken | None:
                        f"found {value!r:.80}")
 
 
-__all__ = ["SPECIAL_TOKEN_KEYS", "SpecialToken", "TokenizerConfig", "read_tokenizer_config"]
+__all__ = ["GENERIC_CLASSES", "SPECIAL_TOKEN_KEYS", "SpecialToken", "TokenizerConfig", "read_tokenizer_config"]

@@ -12,6 +12,8 @@ python3 -m venv .venv
 # each step). Without a local CPU torch wheel it is skipped and so are the oracle tests.
 bash scripts/install_oracle.sh .venv
 bash scripts/install_oracle_extras.sh .venv
+# megatron-core 0.16.1 beside it, for Megatron-LM's own tools/preprocess_data.py (core_v0.16.1).
+bash scripts/install_preprocess_data_oracle.sh .venv
 bash scripts/install_training_test_deps.sh .venv
 # fairseq itself, for the max_tokens batch tests: its own venv (about 4 minutes the first
 # time on a machine, seconds after that: the built wheel is cached).

@@ -7,6 +7,8 @@ identically with megatron-core's ``IndexedDataset`` (memory-mapped and plain rea
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -145,3 +147,35 @@ def test_dtype_choice_matches_megatron_where_their_rule_applies(megatron):
     optimal = megatron.indexed_dataset.DType.optimal_dtype
     for vocab in (257, 50257, 65499, 65500, 128256, 2**31):
         assert smallest_dtype(vocab) == np.dtype(optimal(vocab))
+
+
+WRITER_VOCABS = (1, 2, 100, 255, 256, 257, 50257, 65499, 65500, 128256)
+
+
+def test_writer_dtype_from_vocab_size_is_megatrons_optimal_dtype(megatron, tmp_path):
+    # preprocess_data.py writes DType.optimal_dtype(vocab_size), which has no uint8 branch:
+    # a byte-sized vocabulary is uint16 there, so the same pair must come out here.
+    for vocab in WRITER_VOCABS:
+        documents = [np.array([0, vocab - 1]), np.array([vocab // 2])]
+        ours = IndexedFileWriter(str(tmp_path / f"ours{vocab}"), vocab_size=vocab)
+        for document in documents:
+            ours.add_document(document)
+        ours.close()
+        dtype = megatron.indexed_dataset.DType.optimal_dtype(vocab)
+        theirs = megatron_write(megatron, str(tmp_path / f"theirs{vocab}"), dtype, [[d] for d in documents],
+                                whole_documents=True)
+        for suffix in (".bin", ".idx"):
+            assert (tmp_path / f"ours{vocab}{suffix}").read_bytes() == open(theirs + suffix, "rb").read(), (vocab, suffix)
+
+
+def test_fairseq_writer_dtype_from_vocab_size_is_best_fitting_int_dtype(fairseq_python, tmp_path):
+    import subprocess
+
+    script = ("import json, sys; from fairseq.data.indexed_dataset import best_fitting_int_dtype as f; "
+              f"print(json.dumps([f(v).__name__ for v in {list(WRITER_VOCABS)}]))")
+    done = subprocess.run([fairseq_python, "-c", script], capture_output=True, text=True, check=True)
+    expected = json.loads(done.stdout.strip().splitlines()[-1])
+    for vocab, name in zip(WRITER_VOCABS, expected):
+        writer = IndexedFileWriter(str(tmp_path / f"f{vocab}"), vocab_size=vocab, flavour=Flavour.FAIRSEQ)
+        writer.abort()
+        assert writer.dtype == np.dtype(name), vocab

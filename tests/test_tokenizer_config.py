@@ -28,6 +28,7 @@ def tokenizer_json(tmp_path_factory):
 def folder_with(tmp_path, tokenizer_json, **files) -> str:
     import shutil
 
+    os.makedirs(tmp_path, exist_ok=True)
     shutil.copy(tokenizer_json, tmp_path / "tokenizer.json")
     for name, content in files.items():
         (tmp_path / f"{name}.json").write_text(content if isinstance(content, str) else json.dumps(content))
@@ -75,6 +76,8 @@ def test_model_max_length(tokenizer_json, tmp_path):
     ('{"eos_token": 7}', "'eos_token' should be a token string"),
     ('{"model_max_length": "long"}', "'model_max_length' should be a positive number"),
     ('{"additional_special_tokens": "<x>"}', "should be a list of tokens"),
+    ('{"split_special_tokens": "yes"}', "'split_special_tokens' should be true or false"),
+    ('{"tokenizer_class": 3}', "'tokenizer_class' should be a class name"),
 ])
 def test_bad_config_names_the_file(content, message, tokenizer_json, tmp_path):
     folder = folder_with(tmp_path, tokenizer_json, tokenizer_config=content)
@@ -92,3 +95,17 @@ def test_sentencepiece_without_bos_cannot_add_special_tokens(tmp_path):
     assert load_tokenizer(prefix + ".model").encode_batch(["hello"])  # fine without the option
     with pytest.raises(ConvertError, match="has none \\(bos_id -1\\)"):
         load_tokenizer(prefix + ".model", add_special_tokens=True)
+
+
+def test_without_transformers_only_the_generic_class_is_built(tokenizer_json, tmp_path):
+    """What AutoTokenizer would build is a class of transformers' own when tokenizer_config.json
+    names one, or when it names none and config.json has a model_type: refused with the
+    install hint rather than guessed."""
+    from mmidx_builder.tokenize import HFTokenizersTokenizer
+
+    generic = folder_with(tmp_path / "generic", tokenizer_json, tokenizer_config={"tokenizer_class": "TokenizersBackend"},
+                          config={"model_type": "bert"})
+    assert HFTokenizersTokenizer(generic, use_transformers=False).built.built_by == "tokenizers"
+    by_model_type = folder_with(tmp_path / "model_type", tokenizer_json, config={"model_type": "bert"})
+    with pytest.raises(ConvertError, match="config.json's model_type 'bert'.*mmidx-builder\\[transformers\\]"):
+        HFTokenizersTokenizer(by_model_type, use_transformers=False)

@@ -13,8 +13,15 @@ def add_commands(commands) -> None:
                    help="*.jsonl/.json[.gz|.bz2|.xz|.zst], *.parquet, *.txt, or hf:NAME_OR_PATH[:SPLIT]")
     p.add_argument("--output-prefix", required=True, metavar="PREFIX")
     p.add_argument("--tokenizer", required=True, metavar="T",
-                   help="tokenizer.json (or its folder), a sentencepiece .model, 'bytes', or 'none' "
-                        "(inputs hold token-id lists)")
+                   help="a tokenizer folder (tokenizer.json + tokenizer_config.json) or its tokenizer.json, a "
+                        "sentencepiece .model, 'bytes', 'none' (inputs hold token-id lists), or Megatron's "
+                        "GPT2BPETokenizer, BertWordPieceLowerCase, BertWordPieceCase, TikTokenizer")
+    p.add_argument("--vocab-file", help="GPT2BPETokenizer: vocab.json; BertWordPiece*: vocab.txt")
+    p.add_argument("--merge-file", help="GPT2BPETokenizer: merges.txt")
+    p.add_argument("--tokenizer-model", help="TikTokenizer: its tiktoken-format vocab .json")
+    p.add_argument("--tiktoken-pattern", choices=("v1", "v2"), help="TikTokenizer's split pattern (default v2)")
+    p.add_argument("--tiktoken-num-special-tokens", type=int, metavar="N",
+                   help="TikTokenizer: ids below N are special tokens (default 1000)")
     p.add_argument("--json-keys", nargs="+", default=["text"], metavar="KEY", help="default: text")
     p.add_argument("--append-eod", action="store_true", help="end every non-empty document with the EOD id")
     p.add_argument("--add-special-tokens", action="store_true",
@@ -25,7 +32,8 @@ def add_commands(commands) -> None:
     p.add_argument("--keep-newlines", action="store_true", help="with --split-sentences: keep newlines")
     p.add_argument("--lang", default="english", help="Punkt language for --split-sentences (default english)")
     p.add_argument("--eod-id", type=int, help="overrides the tokenizer's end-of-document id")
-    p.add_argument("--vocab-size", type=int, help="for --tokenizer none: sets the dtype (uint16 below 65500)")
+    p.add_argument("--vocab-size", type=int, help="for --tokenizer none: sets the dtype (uint16 below 65500); "
+                                                   "TikTokenizer: its vocabulary size (default 131072)")
     p.add_argument("--workers", type=int, default=1, help="tokenizing processes (default 1)")
     p.add_argument("--num-shards", type=int, default=1, metavar="K", help="cut the input into K slices ...")
     p.add_argument("--shard-index", type=int, default=0, metavar="I", help="... and convert slice I")
@@ -56,7 +64,11 @@ def _run_convert(args) -> None:
                       skip_bad_records=args.skip_bad_records, overwrite=args.overwrite,
                       progress=not args.no_progress, max_document_chars=args.max_document_chars,
                       add_special_tokens=args.add_special_tokens, split_sentences=args.split_sentences,
-                      keep_newlines=args.keep_newlines, lang=args.lang)
+                      keep_newlines=args.keep_newlines, lang=args.lang,
+                      tokenizer_options=dict(vocab_file=args.vocab_file, merge_file=args.merge_file,
+                                             tokenizer_model=args.tokenizer_model,
+                                             tiktoken_pattern=args.tiktoken_pattern,
+                                             tiktoken_num_special_tokens=args.tiktoken_num_special_tokens))
     print(summary.table())
 
 

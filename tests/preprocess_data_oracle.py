@@ -1,0 +1,161 @@
+"""Megatron-LM's own ``tools/preprocess_data.py`` (core_v0.16.1) as a differential oracle.
+
+Two halves in one file, as tests/fairseq_oracle.py is:
+
+- run as a script under the oracle's python (never importing mmidx_builder)::
+
+      python preprocess_data_oracle.py MEGATRON_LM_ROOT REQUEST.json RESPONSE.json
+
+  REQUEST holds a list of argument lists; each is given to preprocess_data's ``main()`` in
+  turn, in this one process (megatron-core and torch are imported once, which is most of a
+  run's time). RESPONSE says per case whether every output pair was written, or the error.
+  preprocess_data encodes in a child process and does not look at its exit code: a case
+  whose worker crashed shows as missing outputs, with the child's stderr in ours.
+
+- imported by the tests: :func:`oracle_runner` finds the pinned archive
+  (``shared/oracles/megatron-lm/megatron-lm-core_v0.16.1.tar.gz``; ``MMIDX_SHARED`` names the
+  ``shared`` folder, default ``../shared`` beside the repository) and a python with
+  megatron-core 0.16.1, which that tag's preprocess_data.py needs (0.19's
+  ``megatron.core.tokenizers`` lost ``text.utils.build_tokenizer``):
+  ``MMIDX_MEGATRON016_PYTHON``; else ``.venv-megatron016/bin/python`` at the repository root
+  when it holds megatron-core 0.16.1 with transformers and tiktoken; else the project's own
+  python with megatron-core 0.16.1 laid over it from ``.cache/megatron-core-0.16.1``
+  (``scripts/install_preprocess_data_oracle.sh`` puts it there: ``pip install --target``,
+  no dependencies, since torch, transformers and the rest are the venv's). Where neither
+  archive nor megatron-core 0.16.1 is found the tests skip, except under
+  MMIDX_REQUIRE_ORACLE=1 (CI), where they fail.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+ARCHIVE = "oracles/megatron-lm/megatron-lm-core_v0.16.1.tar.gz"
+VERSION = "0.16.1"
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OVERLAY = os.path.join(REPO, ".cache", f"megatron-core-{VERSION}")
+# What the tests need of the oracle's python besides megatron-core itself.
+PROBE = ("import sys, megatron.core, transformers, tokenizers, tiktoken; "
+         f"sys.exit(megatron.core.__version__ != '{VERSION}')")
+
+
+# --- the tests' half -------------------------------------------------------------------
+
+def _skip_or_fail(why: str):
+    import pytest
+
+    if os.environ.get("MMIDX_REQUIRE_ORACLE") == "1":
+        pytest.fail(f"Megatron-LM's preprocess_data.py is required here: {why}")
+    pytest.skip(why)
+
+
+def _oracle_python() -> tuple[str, str]:
+    """(python, extra PYTHONPATH) of an interpreter that imports megatron-core 0.16.1."""
+    import subprocess
+
+    candidates = []
+    if os.environ.get("MMIDX_MEGATRON016_PYTHON"):
+        candidates.append((os.environ["MMIDX_MEGATRON016_PYTHON"], ""))
+    candidates.append((os.path.join(REPO, ".venv-megatron016", "bin", "python"), ""))
+    candidates.append((sys.executable, OVERLAY))
+    for python, overlay in candidates:
+        if not os.path.isfile(python) or (overlay and not os.path.isdir(overlay)):
+            continue
+        env = dict(os.environ, PYTHONPATH=overlay) if overlay else dict(os.environ)
+        env.pop("PYTHONWARNINGS", None)
+        if subprocess.run([python, "-W", "ignore", "-c", PROBE], env=env, capture_output=True).returncode == 0:
+            return python, overlay
+    _skip_or_fail(f"no python with megatron-core {VERSION}, transformers and tiktoken (install: bash "
+                  "scripts/install_preprocess_data_oracle.sh, or set MMIDX_MEGATRON016_PYTHON)")
+
+
+def _megatron_lm(folder: str) -> str:
+    """The archive extracted into ``folder``; returns its root."""
+    import tarfile
+
+    shared = os.environ.get("MMIDX_SHARED") or os.path.join(os.path.dirname(REPO), "shared")
+    archive = os.path.join(shared, ARCHIVE)
+    if not os.path.isfile(archive):
+        _skip_or_fail(f"{archive} not found (set MMIDX_SHARED to the shared folder)")
+    with tarfile.open(archive) as tar:
+        tar.extractall(folder, filter="data")
+    return folder
+
+
+class Runner:
+    """Runs batches of preprocess_data.py cases under the oracle."""
+
+    def __init__(self, root: str, python: str, overlay: str, work: str):
+        self.root, self.python, self.overlay, self.work = root, python, overlay, work
+        self.runs = 0
+
+    def run(self, cases: list[list[str]], cwd: str | None = None) -> list[dict]:
+        """Each case is preprocess_data.py's argument list; returns per case ``{"ok": bool,
+        "error": str}`` (ok: every output .idx of the case exists)."""
+        import subprocess
+
+        self.runs += 1
+        request = os.path.join(self.work, f"request{self.runs}.json")
+        response = os.path.join(self.work, f"response{self.runs}.json")
+        with open(request, "w") as f:
+            json.dump(cases, f)
+        path = os.pathsep.join(p for p in (self.overlay, self.root) if p)
+        env = dict(os.environ, PYTHONPATH=path, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
+                   TOKENIZERS_PARALLELISM="false")
+        done = subprocess.run([self.python, "-W", "ignore", os.path.abspath(__file__), self.root, request, response],
+                              env=env, cwd=cwd or self.work, capture_output=True, text=True, timeout=900)
+        if done.returncode != 0:
+            raise AssertionError(f"the preprocess_data oracle failed:\n{done.stderr[-4000:]}")
+        with open(response) as f:
+            return json.load(f)
+
+
+def oracle_runner(tmp_path_factory) -> Runner:
+    python, overlay = _oracle_python()
+    root = _megatron_lm(str(tmp_path_factory.mktemp("megatron-lm")))
+    return Runner(root, python, overlay, str(tmp_path_factory.mktemp("preprocess_data")))
+
+
+# --- the oracle's half -----------------------------------------------------------------
+
+def _outputs(argv: list[str]) -> list[str]:
+    def value(flag, default=None):
+        return argv[argv.index(flag) + 1] if flag in argv else default
+
+    keys = []
+    if "--json-keys" in argv:
+        for item in argv[argv.index("--json-keys") + 1:]:
+            if item.startswith("--"):
+                break
+            keys.append(item)
+    level = "sentence" if "--split-sentences" in argv else "document"
+    return [f"{value('--output-prefix')}_{key}_{level}.idx" for key in keys or ["text"]]
+
+
+def main(root: str, request: str, response: str) -> None:
+    import warnings
+
+    warnings.simplefilter("ignore")
+    sys.path.insert(0, os.path.join(root, "tools"))
+    sys.path.insert(0, root)
+    import preprocess_data  # noqa: E402  (Megatron-LM's tools/preprocess_data.py)
+
+    with open(request) as f:
+        cases = json.load(f)
+    results = []
+    for argv in cases:
+        sys.argv = ["preprocess_data.py"] + argv
+        try:
+            preprocess_data.main()
+            missing = [path for path in _outputs(argv) if not os.path.exists(path)]
+            results.append({"ok": not missing, "error": f"no {missing[0]}" if missing else ""})
+        except BaseException as error:  # SystemExit from argparse or an assert included
+            results.append({"ok": False, "error": f"{type(error).__name__}: {error}"})
+    with open(response, "w") as f:
+        json.dump(results, f)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:4])
