@@ -108,6 +108,11 @@ class Concatenated:
         return self.parts
 
     @property
+    def remote(self) -> bool:
+        """Some part is read over the network (worth reading ahead)."""
+        return any(getattr(p, "remote", False) for p in self.parts)
+
+    @property
     def num_sequences(self) -> int:
         return int(self.first_sequence[-1])
 
@@ -146,6 +151,10 @@ class SequenceRange:
         self.dtype = source.dtype
         self.sequence_lengths = source.sequence_lengths[begin:end]
         self.identity = f"{source.identity}[{begin}:{end}]"
+
+    @property
+    def remote(self) -> bool:
+        return getattr(self.source, "remote", False)
 
     def read_pieces(self, sequence_ids, offsets, lengths, out: np.ndarray | None = None) -> np.ndarray:
         sequence_ids, offsets, lengths, out = check_pieces(

@@ -92,6 +92,7 @@ class LocalHub(ThreadingHTTPServer):
     """``with LocalHub(token=...) as hub: hub.url``; see the module docstring."""
 
     daemon_threads = True
+    request_queue_size = 256  # clients with many requests in flight (default 5: SYN retransmits)
 
     def __init__(self, token: str | None = None):
         super().__init__(("127.0.0.1", 0), _Handler)
