@@ -31,7 +31,8 @@ of the last commit). Faults: ``fail`` (path fragment -> (status, message)), ``dr
 fragments whose connection is closed without an answer), ``cut`` (path regex -> number of
 file responses to break off halfway through the body) and ``stall`` (path regex -> number
 of file responses held back ``stall_seconds`` before the first byte, for client
-timeouts; bounded, so a client without a timeout still gets its answer).
+timeouts; bounded, so a client without a timeout still gets its answer). ``latency``: seconds
+added before every answer.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ import json
 import re
 import socket
 import threading
+import time
 import traceback
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -107,6 +109,7 @@ class LocalHub(ThreadingHTTPServer):
         self.cut: dict[str, int] = {}
         self.stall: dict[str, int] = {}
         self.stall_seconds = 3.0
+        self.latency = 0.0  # seconds added before every answer
         self._stopping = threading.Event()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -244,6 +247,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _handle(self, head: bool = False):
         hub = self.server
+        if hub.latency:  # a round trip to a distant Hub (benchmarks/bench_remote.py)
+            time.sleep(hub.latency)
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         hub.requests.append({"method": self.command, "path": self.path,
                              "authorization": self.headers.get("Authorization"), "body": body,

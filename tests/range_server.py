@@ -15,7 +15,8 @@ at a time, by requests whose file name contains the key):
     cut[name]      sends the headers and half the body, then closes, this many times
     stall[name]    waits ``stall_seconds`` before answering this many times (client timeouts)
 Records: ``sent`` / ``unranged`` (bytes by file name), ``whole_files_sent``, ``requests``
-(file name -> number of GETs), ``statuses`` (file name -> list of statuses answered).
+(file name -> number of GETs), ``statuses`` (file name -> list of statuses answered),
+``max_in_flight`` (the most requests answered at once).
 """
 
 from __future__ import annotations
@@ -57,6 +58,17 @@ class _RangeHandler(SimpleHTTPRequestHandler):
             self.server.statuses.setdefault(name, []).append(status)
 
     def _serve(self, body: bool):
+        server = self.server
+        with server.lock:
+            server.in_flight += 1
+            server.max_in_flight = max(server.max_in_flight, server.in_flight)
+        try:
+            self._answer(body)
+        finally:
+            with server.lock:
+                server.in_flight -= 1
+
+    def _answer(self, body: bool):
         server = self.server
         if server.latency:
             time.sleep(server.latency)
@@ -175,6 +187,7 @@ class RangeServer:
         httpd.whole_files_sent = {}  # responses without Range that were sent to the end
         httpd.requests = {}          # GETs by file name
         httpd.statuses = {}          # statuses answered, by file name (0: dropped)
+        httpd.in_flight = httpd.max_in_flight = 0  # requests being answered at once, and the most seen
         httpd.latency, httpd.bandwidth = latency, bandwidth
         httpd.fail, httpd.drop, httpd.cut, httpd.stall = {}, {}, {}, {}
         httpd.stall_seconds = 3.0

@@ -34,6 +34,7 @@ from ..card_checksums import verify_against_card
 from ..dtypes import cast_tokens, integer_dtype
 from ..errors import MissingPartnerError, ParameterError
 from ..format import check_partners, split_prefix
+from ..remote import RemoteAccess
 from . import registry
 from .readahead import ShardReadAhead
 from .registry import cache_root, record_checksums
@@ -157,7 +158,8 @@ def pair_data_files(split: str, files: list[str]) -> list[tuple[str, str]]:
 
 
 def ranged(opener):
-    """The opener for remote token reads. Samples are a few KB at random places: fsspec's
+    """The opener for remote token reads: a remote.RemoteAccess as it is (every piece of a
+    gather requested at once, exactly its bytes); any other ``open`` wrapped as follows. Samples are a few KB at random places: fsspec's
     read-ahead blocks (MBs) would fetch far more than they hold, so each read asks for
     exactly its bytes (the readers merge neighbouring pieces into one request).
 
@@ -165,6 +167,8 @@ def ranged(opener):
     the filesystem's constructor, not to its ``open``; HfFileSystem ignores cache_type there
     but reads ahead block_size bytes (default 5 MiB) after every read, which fetched 24.8 MB
     per 2,049-token sample from the Hub. 1 byte is the smallest read-ahead it takes."""
+    if isinstance(opener, RemoteAccess):
+        return opener
     return functools.partial(opener, cache_type="none", block_size=1)
 
 
@@ -187,10 +191,15 @@ class BaseConfig(datasets.BuilderConfig):
         num_shards (`int`, optional): contiguous ranges of each split's rows; defaults to
             ``min(960, rows)``.
         features (`Features`, optional): overrides the inferred features.
+        remote_cache_dir (`str`, optional): a local block cache for remote token files
+            (docs/remote.md); none by default. max_remote_cache_bytes (`int`, optional): its
+            size bound, 16 GiB by default.
     """
 
     num_shards: int | None = None
     features: datasets.Features | None = None
+    remote_cache_dir: str | None = None
+    max_remote_cache_bytes: int | None = None
 
     def __post_init__(self):
         super().__post_init__()
@@ -200,6 +209,7 @@ class BaseConfig(datasets.BuilderConfig):
         """Raises ParameterError for a setting that cannot work. Also called by the builder:
         ``load_dataset`` sets call kwargs on a copied config with setattr, past __post_init__."""
         check_integer("num_shards", self.num_shards, 1)
+        check_integer("max_remote_cache_bytes", self.max_remote_cache_bytes, 1)
 
 
 class BaseBuilder(datasets.ArrowBasedBuilder):
@@ -218,6 +228,10 @@ class BaseBuilder(datasets.ArrowBasedBuilder):
             digest.update(b"\0" + file_identity(path).encode())
         self.hash = digest.hexdigest()[:16]
         return builder_config, config_id
+
+    def _remote(self) -> RemoteAccess:
+        """How remote files are read (remote.py): datasets' storage options and token, the cache."""
+        return registry.remote_access(self, self.config.remote_cache_dir, self.config.max_remote_cache_bytes)
 
     @staticmethod
     def _identity_paths(config) -> list[str]:
@@ -450,7 +464,7 @@ class GPTSamplesBuilder(BaseBuilder):
                            identity="|".join(identity_parts), sampling=tuple(sorted(config.sampling_kwargs().items())),
                            index_cache_dir=cache_dir, document_structure=config.document_structure,
                            dtype=config.dtype, options=options)
-            source, indices = _opened(type(self).open_source, plan, open)
+            source, indices = _opened(type(self).open_source, plan, self._remote())
             provenance.record_split(self.info, split, kind=self.name, files=files, settings=config.sampling_kwargs(),
                                     rows=indices.num_samples, source=source,
                                     facts=self._token_facts(files, dl_manager))
@@ -462,7 +476,7 @@ class GPTSamplesBuilder(BaseBuilder):
         return generators
 
     def _table_maker(self, plan: GPTPlan):
-        return _read_ahead(type(self).open_source, plan, self.config.num_shards or DEFAULT_NUM_SHARDS, open)
+        return _read_ahead(type(self).open_source, plan, self.config.num_shards or DEFAULT_NUM_SHARDS, self._remote())
 
 
 @functools.lru_cache(maxsize=8)

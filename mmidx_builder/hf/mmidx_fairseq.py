@@ -117,7 +117,7 @@ class MMIdxFairseq(BaseBuilder):
             plan = PairsPlan(split=split, shards=tuple(ShardFiles(*read[i:i + 4]) for i in range(0, len(read), 4)),
                              identity="|".join(file_identity(p) for p in identity_paths(originals)),
                              upsample_primary=config.upsample_primary, dictionaries=dictionaries, bpe=config.bpe)
-            pairs, _ = _opened(plan, open)
+            pairs, _ = _opened(plan, self._remote())
             provenance.record_split(self.info, split, kind=self.name, files=originals[0::2], rows=pairs.num_pairs,
                                     settings={"upsample_primary": config.upsample_primary})
             split_features = {"id": datasets.Value("int64"),
@@ -131,5 +131,5 @@ class MMIdxFairseq(BaseBuilder):
         return generators
 
     def _table_maker(self, plan: PairsPlan):
-        pairs, dictionaries = _opened(plan, open)
+        pairs, dictionaries = _opened(plan, self._remote())
         return functools.partial(pairs_table, pairs, dictionaries, plan)

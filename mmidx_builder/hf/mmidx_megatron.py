@@ -182,7 +182,7 @@ class MMIdxMegatron(BaseBuilder):
                                   add_extra_token=config.add_extra_token, index_cache_dir=cache_dir,
                                   document_structure=config.document_structure, dtype=config.dtype,
                                   with_dataset_id=with_dataset_id)
-            built = _built(split, open)
+            built = _built(split, self._remote())
             dtype = np.dtype(config.dtype) if config.dtype else built.dtype
             split_features = sample_features(dtype, built.sample_length, config.document_structure)
             if with_dataset_id:
@@ -200,7 +200,7 @@ class MMIdxMegatron(BaseBuilder):
         return generators
 
     def _table_maker(self, split: MegatronSplit):
-        return _read_ahead(split, self.config.num_shards or DEFAULT_NUM_SHARDS, open)
+        return _read_ahead(split, self.config.num_shards or DEFAULT_NUM_SHARDS, self._remote())
 
 
 @functools.lru_cache(maxsize=8)

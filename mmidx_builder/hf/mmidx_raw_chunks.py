@@ -98,7 +98,7 @@ class MMIdxRawChunks(BaseBuilder):
                               n_bytes=config.n_bytes, seq_length=config.seq_length, dtype=config.dtype,
                               class_names=None if labels is None else tuple(labels[0]),
                               labels=None if labels is None else tuple(labels[1].tolist()))
-            raw, chunks = _opened(plan, open)
+            raw, chunks = _opened(plan, self._remote())
             provenance.record_split(self.info, split, kind=self.name, files=data, rows=len(chunks[0]), source=raw,
                                     settings={"seq_length": config.seq_length}, facts=provenance.raw_facts(config.n_bytes))
             dtype = np.dtype(config.dtype) if config.dtype else raw.dtype
@@ -112,5 +112,5 @@ class MMIdxRawChunks(BaseBuilder):
         return generators
 
     def _table_maker(self, plan: ChunksPlan):
-        raw, chunks = _opened(plan, open)
+        raw, chunks = _opened(plan, self._remote())
         return functools.partial(chunk_table, raw, chunks, plan)
