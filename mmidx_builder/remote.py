@@ -223,7 +223,7 @@ class RemoteAccess:
         return [b"".join(pieces) for pieces in joined]
 
     def open_pair(self, idx_url: str, bin_url: str) -> tuple[bytes, RemoteObject]:
-        """The whole ``.idx`` (one request) and the ``.bin``'s object; a missing file of the
+        """The whole ``.idx`` (one request, or the block cache) and the ``.bin``'s object; a missing file of the
         pair is a MissingPartnerError naming it."""
         found = {}
         for url in (idx_url, bin_url):
@@ -238,7 +238,7 @@ class RemoteAccess:
                 raise MissingPartnerError(missing, "file", "the partner of " + present, "no such file",
                                           hint="a .bin/.idx pair needs both files")
         idx = found[idx_url]
-        (data,) = self.fetch_remote([idx], [0], [idx.size]) if idx.size else (b"",)
+        (data,) = self.fetch([idx], [0], [idx.size]) if idx.size else (b"",)
         return data, found[bin_url]
 
 
