@@ -28,7 +28,9 @@ class TokenSource(Protocol):
     dtype. ``identity``: a string that changes whenever the tokens may have changed (file
     identities, settings), for caches and fingerprints. ``read_pieces(sequence_ids, offsets,
     lengths, out=None)``: tokens ``offsets[k]:offsets[k]+lengths[k]`` of sequence
-    ``sequence_ids[k]`` for every k, concatenated (into ``out`` if given).
+    ``sequence_ids[k]`` for every k, concatenated (into ``out`` if given). Sources may also
+    say ``remote`` (True when reads are network round trips, worth reading ahead; missing
+    means False).
     """
 
     sequence_lengths: np.ndarray
