@@ -207,8 +207,9 @@ class RemoteAccess:
                 owners.append(i)
         results = [b""] * len(parts)
         by_fs: dict[int, tuple[object, list[int]]] = {}
+        filesystems = {}
         for k, (obj, _, _) in enumerate(parts):
-            fs, _ = self.filesystem(obj.url)
+            fs = filesystems.get(obj.url) or filesystems.setdefault(obj.url, self.filesystem(obj.url)[0])
             by_fs.setdefault(id(fs), (fs, []))[1].append(k)
         for fs, ks in by_fs.values():
             chunk = [parts[k] for k in ks]
