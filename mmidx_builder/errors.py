@@ -55,8 +55,11 @@ class RemoteReadError(MMIdxError, OSError):
     (e.g. a 403). The message names the file and the byte range."""
 
     def __init__(self, path: str, start: int, stop: int, reason: str):
-        self.path, self.start, self.stop = path, start, stop
+        self.path, self.start, self.stop, self.reason = path, start, stop, reason
         super().__init__(f"{path}: bytes [{start}, {stop}): {reason}")
+
+    def __reduce__(self):  # raised in DataLoader workers: must cross processes whole
+        return type(self), (self.path, self.start, self.stop, self.reason)
 
 
 class ParameterError(MMIdxError, ValueError):
