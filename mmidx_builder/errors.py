@@ -2,7 +2,9 @@
 
     MMIdxError                      anything mmidx_builder refuses, with a message saying why
     ├── FormatError                 a .bin/.idx (or raw) file is not what its header promises
-    │   └── MissingPartnerError     a .bin without its .idx, or the other way round
+    │   ├── MissingPartnerError     a .bin without its .idx, or the other way round
+    │   └── RemoteChangedError      a remote file changed (ETag or size) since it was opened
+    ├── RemoteReadError (OSError)   a remote byte range still failing after its retries
     ├── ParameterError (ValueError) a setting cannot work (seq_length < 1, too many samples...)
     ├── ConvertError                an input record or tokenizer that `mmidx convert` cannot use
     └── HubError                    an upload that cannot go ahead (not logged in, bad repo id...)
@@ -41,6 +43,23 @@ class FormatError(MMIdxError):
 
 class MissingPartnerError(FormatError):
     """One file of a .bin/.idx pair exists and the other does not."""
+
+
+class RemoteChangedError(FormatError):
+    """A remote file's ETag or size differs from what it was when opened: reading on would mix
+    two versions of the file, so the read stops instead."""
+
+
+class RemoteReadError(MMIdxError, OSError):
+    """A remote byte range that could not be read: retried with backoff, or not retryable
+    (e.g. a 403). The message names the file and the byte range."""
+
+    def __init__(self, path: str, start: int, stop: int, reason: str):
+        self.path, self.start, self.stop, self.reason = path, start, stop, reason
+        super().__init__(f"{path}: bytes [{start}, {stop}): {reason}")
+
+    def __reduce__(self):  # raised in DataLoader workers: must cross processes whole
+        return type(self), (self.path, self.start, self.stop, self.reason)
 
 
 class ParameterError(MMIdxError, ValueError):

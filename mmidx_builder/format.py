@@ -129,6 +129,7 @@ class BinReader:
     """The seam behind which a ``.bin`` is read: memory map, plain file or remote ranges."""
 
     size: int
+    remote = False  # True when reads are network round trips (callers may read ahead)
 
     def read(self, start: int, count: int) -> np.ndarray:
         """``count`` tokens from token position ``start``."""
@@ -234,7 +235,10 @@ def opened_size(path: str, opener: Callable[..., IO[bytes]]) -> int:
 
 
 class FileBinReader(BinReader):
-    """Ranged reads through a file object: for remote (fsspec) files, or no mmap."""
+    """Ranged reads through a file object (an ``open``-like callable the caller chose), one
+    request per run; remote.RemoteBinReader is the fast way to read remote files."""
+
+    remote = True
 
     def __init__(self, path: str, dtype: np.dtype, opener: Callable[..., IO[bytes]]):
         self.path = path
@@ -343,6 +347,11 @@ class IndexedFile:
         self.sequence_starts[n] = self.num_tokens
         self.identity = combined_identity("mmidx", [file_identity(idx_path), file_identity(bin_path)])
 
+    @property
+    def remote(self) -> bool:
+        """Tokens are read over the network (remote.py): worth reading ahead."""
+        return self._bin.remote
+
     @classmethod
     def open(cls, path: str | os.PathLike, *, opener: Callable[..., IO[bytes]] | None = None,
              idx_path: str | None = None, bin_path: str | None = None) -> "IndexedFile":
@@ -350,9 +359,20 @@ class IndexedFile:
 
         ``idx_path`` / ``bin_path`` override where the two files are read from, for
         downloads that lost their names. Raises :class:`FormatError` for anything malformed.
+        A remote ``.bin`` (``hf://``, ``s3://``, ``https://``...) is read by
+        remote.RemoteBinReader, through ``opener`` when it is a remote.RemoteAccess (storage
+        options, block cache) and with default settings when no opener is given.
         """
         prefix = split_prefix(path)
         idx_path, bin_path = idx_path or prefix + ".idx", bin_path or prefix + ".bin"
+        from .remote import RemoteBinReader, remote_access_for  # remote.py imports this module
+
+        access = remote_access_for(opener, bin_path)
+        if access is not None:
+            idx, bin_object = access.open_pair(idx_path, bin_path)
+            header = parse_header(bytes(idx[:MEGATRON_HEADER_SIZE]), len(idx), idx_path)
+            reader = RemoteBinReader(bin_path, header.dtype, access, bin_object)
+            return cls(prefix, header, memoryview(idx), reader, idx_path, bin_path, len(idx))
         check_partners(idx_path, bin_path, opener)
         idx, idx_size = _read_idx_bytes(idx_path, opener)
         header = parse_header(bytes(idx[:MEGATRON_HEADER_SIZE]), idx_size, idx_path)

@@ -47,6 +47,7 @@ from ._io import file_identity
 from .dtypes import raw_token_dtype
 from .errors import FormatError, ParameterError
 from .format import opened_size
+from .remote import read_ranges, remote_access_for
 from .source import check_pieces, combined_identity
 
 N_BYTES_CHOICES = (1, 2, 3, 4)
@@ -140,9 +141,9 @@ class RawFiles:
     """Files read as tokens of ``n_bytes`` bytes, each file followed by one EOF token.
 
     ``sequence_lengths[i]`` is the tokens of file ``i`` plus one. Local paths are memory
-    mapped (lazily, a bounded number at a time); with ``opener`` (an ``open``-like
-    callable, e.g. the one ``datasets`` patches for streaming, or ``fsspec.open``) files
-    are read with ranged reads instead.
+    mapped (lazily, a bounded number at a time). Remote paths are read by remote.py (every
+    piece of a read fetched at once), through ``opener`` when it is a remote.RemoteAccess;
+    another ``open``-like callable is used as it is, one ranged read per piece.
     """
 
     def __init__(self, paths: Sequence[str | os.PathLike], n_bytes: int, *,
@@ -152,7 +153,11 @@ class RawFiles:
         self.dtype = token_dtype(self.n_bytes)
         self.eof = eof_id(self.n_bytes)
         self._opener = opener
-        if sizes is None:
+        self._access = remote_access_for(opener, self.paths[0]) if self.paths else None
+        self._objects = self._access.stat_many(self.paths) if self._access is not None else None
+        if self._objects is not None:
+            sizes = [o.size for o in self._objects]
+        elif sizes is None:
             sizes = [self._size_of(p) for p in self.paths]
         elif len(sizes) != len(self.paths):
             raise ParameterError(f"{len(sizes)} sizes given for {len(self.paths)} files")
@@ -193,6 +198,11 @@ class RawFiles:
     @property
     def num_sequences(self) -> int:
         return len(self.paths)
+
+    @property
+    def remote(self) -> bool:
+        """Reads are network round trips (worth reading ahead)."""
+        return self._opener is not None or self._access is not None
 
     @property
     def num_tokens(self) -> int:
@@ -264,7 +274,9 @@ class RawFiles:
         sequence_ids, offsets, lengths, out = check_pieces(
             self.sequence_lengths, sequence_ids, offsets, lengths, out, self.dtype,
             lambda k: f"{self.paths[k]} (EOF included)")
-        if self._opener is None:
+        if self._access is not None:
+            self._read_remote(sequence_ids, offsets, lengths, out)
+        elif self._opener is None:
             self._read_local(sequence_ids.tolist(), offsets.tolist(), lengths.tolist(), out)
         else:
             self._read_ranged(sequence_ids.tolist(), offsets.tolist(), lengths.tolist(), out)
@@ -292,6 +304,23 @@ class RawFiles:
                 target[whole - offset] = partial
             if stop == ends[f]:
                 target[-1] = eof
+
+    def _read_remote(self, files, offsets, lengths, out) -> None:
+        """Every piece's bytes in one remote.read_ranges call, then decoded as _read_ranged does."""
+        n = self.n_bytes
+        data_end = np.minimum(offsets + lengths, self.file_tokens[files])
+        has_data = data_end > offsets
+        stops = np.minimum(data_end * n, self.file_sizes[files])
+        pieces = iter(read_ranges(self._access, self._objects, files[has_data], offsets[has_data] * n,
+                                  stops[has_data]))
+        ends = np.cumsum(lengths)
+        for end, length, offset, stop, data in zip(ends.tolist(), lengths.tolist(), offsets.tolist(),
+                                                   data_end.tolist(), has_data.tolist()):
+            target = out[end - length:end]
+            if data:
+                decode_bytes(next(pieces), n, target[:stop - offset])
+            if stop < offset + length:
+                target[max(stop - offset, 0):] = self.eof  # only ever the last token of a file
 
     def _read_ranged(self, files, offsets, lengths, out) -> None:
         n, position = self.n_bytes, 0

@@ -28,7 +28,9 @@ class TokenSource(Protocol):
     dtype. ``identity``: a string that changes whenever the tokens may have changed (file
     identities, settings), for caches and fingerprints. ``read_pieces(sequence_ids, offsets,
     lengths, out=None)``: tokens ``offsets[k]:offsets[k]+lengths[k]`` of sequence
-    ``sequence_ids[k]`` for every k, concatenated (into ``out`` if given).
+    ``sequence_ids[k]`` for every k, concatenated (into ``out`` if given). Sources may also
+    say ``remote`` (True when reads are network round trips, worth reading ahead; missing
+    means False).
     """
 
     sequence_lengths: np.ndarray
@@ -108,6 +110,11 @@ class Concatenated:
         return self.parts
 
     @property
+    def remote(self) -> bool:
+        """Some part is read over the network (worth reading ahead)."""
+        return any(getattr(p, "remote", False) for p in self.parts)
+
+    @property
     def num_sequences(self) -> int:
         return int(self.first_sequence[-1])
 
@@ -146,6 +153,10 @@ class SequenceRange:
         self.dtype = source.dtype
         self.sequence_lengths = source.sequence_lengths[begin:end]
         self.identity = f"{source.identity}[{begin}:{end}]"
+
+    @property
+    def remote(self) -> bool:
+        return getattr(self.source, "remote", False)
 
     def read_pieces(self, sequence_ids, offsets, lengths, out: np.ndarray | None = None) -> np.ndarray:
         sequence_ids, offsets, lengths, out = check_pieces(

@@ -31,7 +31,8 @@ of the last commit). Faults: ``fail`` (path fragment -> (status, message)), ``dr
 fragments whose connection is closed without an answer), ``cut`` (path regex -> number of
 file responses to break off halfway through the body) and ``stall`` (path regex -> number
 of file responses held back ``stall_seconds`` before the first byte, for client
-timeouts; bounded, so a client without a timeout still gets its answer).
+timeouts; bounded, so a client without a timeout still gets its answer). ``latency``: seconds
+added before every answer.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ import json
 import re
 import socket
 import threading
+import time
 import traceback
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -92,6 +94,7 @@ class LocalHub(ThreadingHTTPServer):
     """``with LocalHub(token=...) as hub: hub.url``; see the module docstring."""
 
     daemon_threads = True
+    request_queue_size = 256  # clients with many requests in flight (default 5: SYN retransmits)
 
     def __init__(self, token: str | None = None):
         super().__init__(("127.0.0.1", 0), _Handler)
@@ -106,6 +109,7 @@ class LocalHub(ThreadingHTTPServer):
         self.cut: dict[str, int] = {}
         self.stall: dict[str, int] = {}
         self.stall_seconds = 3.0
+        self.latency = 0.0  # seconds added before every answer
         self._stopping = threading.Event()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -243,6 +247,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _handle(self, head: bool = False):
         hub = self.server
+        if hub.latency:  # a round trip to a distant Hub (benchmarks/bench_remote.py)
+            time.sleep(hub.latency)
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         hub.requests.append({"method": self.command, "path": self.path,
                              "authorization": self.headers.get("Authorization"), "body": body,

@@ -1,7 +1,22 @@
-"""A Range-capable HTTP file server on 127.0.0.1 that counts the bytes it sends.
+"""A Range-capable HTTP file server on 127.0.0.1 that counts the bytes it sends, and can be
+slow or faulty on purpose.
 
 Python's http.server ignores Range headers, so remote streaming could not be told apart
 from a whole-file download; this one honours single ranges and records every request.
+It sends an ``ETag`` (from the file's size and mtime) and answers ``If-Match`` with a
+mismatching ETag by 412, as object stores do.
+
+Faults and conditions, set on the server while it runs (counts are used up one response
+at a time, by requests whose file name contains the key):
+    latency        seconds added before each answer (a round trip to object storage)
+    bandwidth      bytes per second per response (None: as fast as loopback goes)
+    fail[name]     answers 503 this many times
+    drop[name]     closes the connection without an answer this many times
+    cut[name]      sends the headers and half the body, then closes, this many times
+    stall[name]    waits ``stall_seconds`` before answering this many times (client timeouts)
+Records: ``sent`` / ``unranged`` (bytes by file name), ``whole_files_sent``, ``requests``
+(file name -> number of GETs), ``statuses`` (file name -> list of statuses answered),
+``max_in_flight`` (the most requests answered at once).
 """
 
 from __future__ import annotations
@@ -9,10 +24,22 @@ from __future__ import annotations
 import os
 import re
 import threading
+import time
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 
 
+def _take(faults: dict, name: str, lock) -> bool:
+    with lock:
+        for key, count in faults.items():
+            if key in name and count > 0:
+                faults[key] = count - 1
+                return True
+    return False
+
+
 class _RangeHandler(SimpleHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, as real servers; every answer has a Content-Length
+
     def log_message(self, *args):  # keep test output clean
         pass
 
@@ -26,74 +53,158 @@ class _RangeHandler(SimpleHTTPRequestHandler):
     def do_GET(self):
         self._serve(body=True)
 
+    def _status(self, name: str, status: int) -> None:
+        with self.server.lock:
+            self.server.statuses.setdefault(name, []).append(status)
+
     def _serve(self, body: bool):
+        server = self.server
+        with server.lock:
+            server.in_flight += 1
+            server.max_in_flight = max(server.max_in_flight, server.in_flight)
+        try:
+            self._answer(body)
+        finally:
+            with server.lock:
+                server.in_flight -= 1
+
+    def _answer(self, body: bool):
+        server = self.server
+        if server.latency:
+            time.sleep(server.latency)
         path = self._target()
         if path is None:
             self.send_error(404)
             return
-        size = os.path.getsize(path)
+        name = os.path.basename(path)
+        if body:
+            with server.lock:
+                server.requests[name] = server.requests.get(name, 0) + 1
+        if _take(server.stall, name, server.lock):
+            time.sleep(server.stall_seconds)
+        if _take(server.drop, name, server.lock):
+            self._status(name, 0)
+            self.close_connection = True
+            return
+        if _take(server.fail, name, server.lock):
+            self._status(name, 503)
+            self.send_response(503)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        stat = os.stat(path)
+        size = stat.st_size
+        etag = f'"{size:x}-{stat.st_mtime_ns:x}"'
+        wanted = self.headers.get("If-Match")
+        if wanted and wanted != "*" and etag not in [t.strip() for t in wanted.split(",")]:
+            self._status(name, 412)
+            self.send_response(412)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         start, stop = 0, size
         match = re.fullmatch(r"bytes=(\d*)-(\d*)", self.headers.get("Range", "") or "")
-        if match and (match.group(1) or match.group(2)):
+        ranged = match is not None and bool(match.group(1) or match.group(2))
+        if ranged:
             if match.group(1):
                 start = int(match.group(1))
                 stop = min(size, int(match.group(2)) + 1) if match.group(2) else size
             else:
                 start = max(0, size - int(match.group(2)))
+            if start >= size and size:
+                self._status(name, 416)
+                self.send_response(416)
+                self.send_header("Content-Range", f"bytes */{size}")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
             self.send_response(206)
             self.send_header("Content-Range", f"bytes {start}-{stop - 1}/{size}")
         else:
             self.send_response(200)
+        self._status(name, 206 if ranged else 200)
         self.send_header("Accept-Ranges", "bytes")
+        self.send_header("ETag", etag)
         self.send_header("Content-Length", str(stop - start))
         self.end_headers()
         if not body:
             return
+        cut = _take(server.cut, name, server.lock)
+        remaining = stop - start
+        if cut:
+            remaining //= 2
         # Stream in chunks and count what was written: a client that reads a response's
         # head and hangs up (fsspec's existence probe is such a GET) has not been sent the rest.
-        name = os.path.basename(path)
-        ranged = match is not None and bool(match.group(1) or match.group(2))
-        counter = self.server.sent if ranged else self.server.unranged
+        counter = server.sent if ranged else server.unranged
+        chunk_size = 16384
         with open(path, "rb") as f:
             f.seek(start)
-            remaining = stop - start
             while remaining:
-                chunk = f.read(min(remaining, 16384))
+                chunk = f.read(min(remaining, chunk_size))
+                if server.bandwidth:
+                    time.sleep(len(chunk) / server.bandwidth)
                 try:
                     self.wfile.write(chunk)
                 except (BrokenPipeError, ConnectionResetError):
+                    self.close_connection = True
                     return
-                counter[name] = counter.get(name, 0) + len(chunk)
+                with server.lock:
+                    counter[name] = counter.get(name, 0) + len(chunk)
                 remaining -= len(chunk)
+        if cut:
+            self.wfile.flush()
+            self.close_connection = True
+            return
         if not ranged:
-            self.server.whole_files_sent[name] = self.server.whole_files_sent.get(name, 0) + 1
+            with server.lock:
+                server.whole_files_sent[name] = server.whole_files_sent.get(name, 0) + 1
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    # The listen backlog: 5 by default, and a client with 64 requests in flight then waits
+    # seconds for SYN retransmits. Real servers accept hundreds of connections at once.
+    request_queue_size = 256
 
 
 class RangeServer:
     """``with RangeServer(folder) as server: server.url + "/file.bin"``; ``server.sent`` maps
     file names to bytes sent for Range requests, ``server.whole_files_sent`` to the number of
-    responses without Range that were sent to the end (a whole-file download)."""
+    responses without Range that were sent to the end (a whole-file download). Faults: see
+    the module docstring (``server.fail["x.bin"] = 2``...)."""
 
-    def __init__(self, folder):
+    def __init__(self, folder, latency: float = 0.0, bandwidth: float | None = None):
         folder = os.fspath(folder)
 
         def handler(*args, **kwargs):
             return _RangeHandler(*args, directory=folder, **kwargs)
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self._httpd.sent = {}              # bytes answering Range requests, by file name
-        self._httpd.unranged = {}          # bytes answering requests without Range
-        self._httpd.whole_files_sent = {}  # responses without Range that were sent to the end
+        self._httpd = _Server(("127.0.0.1", 0), handler)
+        httpd = self._httpd
+        httpd.lock = threading.Lock()
+        httpd.sent = {}              # bytes answering Range requests, by file name
+        httpd.unranged = {}          # bytes answering requests without Range
+        httpd.whole_files_sent = {}  # responses without Range that were sent to the end
+        httpd.requests = {}          # GETs by file name
+        httpd.statuses = {}          # statuses answered, by file name (0: dropped)
+        httpd.in_flight = httpd.max_in_flight = 0  # requests being answered at once, and the most seen
+        httpd.latency, httpd.bandwidth = latency, bandwidth
+        httpd.fail, httpd.drop, httpd.cut, httpd.stall = {}, {}, {}, {}
+        httpd.stall_seconds = 3.0
         self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
 
-    @property
-    def sent(self) -> dict:
-        return self._httpd.sent
+    def __getattr__(self, name):
+        # sent, unranged, whole_files_sent, requests, statuses, latency, bandwidth, fail, drop, cut, stall...
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._httpd, name)
 
-    @property
-    def whole_files_sent(self) -> dict:
-        return self._httpd.whole_files_sent
+    def __setattr__(self, name, value):
+        if name in ("latency", "bandwidth", "stall_seconds"):
+            setattr(self._httpd, name, value)
+        else:
+            super().__setattr__(name, value)
 
     def __enter__(self):
         self._thread.start()

@@ -42,6 +42,7 @@ from ..card_checksums import verify_against_card
 from ..dtypes import cast_tokens, integer_dtype
 from ..errors import MissingPartnerError, ParameterError
 from ..format import check_partners, split_prefix
+from ..remote import RemoteAccess
 from . import registry
 from .readahead import ReadAhead, ShardReadAhead
 from .registry import cache_root, record_checksums
@@ -165,7 +166,8 @@ def pair_data_files(split: str, files: list[str]) -> list[tuple[str, str]]:
 
 
 def ranged(opener):
-    """The opener for remote token reads. Samples are a few KB at random places: fsspec's
+    """The opener for remote token reads: a remote.RemoteAccess as it is (every piece of a
+    gather requested at once, exactly its bytes); any other ``open`` wrapped as follows. Samples are a few KB at random places: fsspec's
     read-ahead blocks (MBs) would fetch far more than they hold, so each read asks for
     exactly its bytes (the readers merge neighbouring pieces into one request).
 
@@ -173,6 +175,8 @@ def ranged(opener):
     the filesystem's constructor, not to its ``open``; HfFileSystem ignores cache_type there
     but reads ahead block_size bytes (default 5 MiB) after every read, which fetched 24.8 MB
     per 2,049-token sample from the Hub. 1 byte is the smallest read-ahead it takes."""
+    if isinstance(opener, RemoteAccess):
+        return opener
     return functools.partial(opener, cache_type="none", block_size=1)
 
 
@@ -266,10 +270,15 @@ class BaseConfig(datasets.BuilderConfig):
         num_shards (`int`, optional): contiguous ranges of each split's rows; defaults to
             ``min(960, rows)``.
         features (`Features`, optional): overrides the inferred features.
+        remote_cache_dir (`str`, optional): a local block cache for remote token files
+            (docs/remote.md); none by default.
+        max_remote_cache_bytes (`int`, optional): the block cache's size bound, 16 GiB by default.
     """
 
     num_shards: int | None = None
     features: datasets.Features | None = None
+    remote_cache_dir: str | None = None
+    max_remote_cache_bytes: int | None = None
 
     def __post_init__(self):
         super().__post_init__()
@@ -279,6 +288,7 @@ class BaseConfig(datasets.BuilderConfig):
         """Raises ParameterError for a setting that cannot work. Also called by the builder:
         ``load_dataset`` sets call kwargs on a copied config with setattr, past __post_init__."""
         check_integer("num_shards", self.num_shards, 1)
+        check_integer("max_remote_cache_bytes", self.max_remote_cache_bytes, 1)
 
 
 class BaseBuilder(datasets.ArrowBasedBuilder):
@@ -301,6 +311,10 @@ class BaseBuilder(datasets.ArrowBasedBuilder):
             digest.update(b"\0" + file_identity(path).encode())
         self.hash = digest.hexdigest()[:16]
         return builder_config, config_id
+
+    def _remote(self) -> RemoteAccess:
+        """How remote files are read (remote.py): datasets' storage options and token, the cache."""
+        return registry.remote_access(self, self.config.remote_cache_dir, self.config.max_remote_cache_bytes)
 
     @staticmethod
     def _identity_paths(config) -> list[str]:
@@ -362,7 +376,7 @@ class BaseBuilder(datasets.ArrowBasedBuilder):
         verify_against_card(dl_manager, self.base_path)
         generators, features = [], []
         for plan in plans:
-            opened = opened_split(type(self).open_plan, plan, open)
+            opened = opened_split(type(self).open_plan, plan, self._remote())
             provenance.record_split(self.info, plan.split, kind=self.name, files=plan.files, rows=opened.num_rows,
                                     settings=self._order(plan), source=opened.source,
                                     sources=opened.sources,
@@ -411,7 +425,7 @@ class BaseBuilder(datasets.ArrowBasedBuilder):
 
     def _table_maker(self, plan: Plan):
         """A function from row numbers (an int64 array) to the Arrow table of those rows."""
-        return opened_split(type(self).open_plan, plan, open).table
+        return opened_split(type(self).open_plan, plan, self._remote()).table
 
     def row_tables(self, plan: Plan, range_batches) -> Iterator[pa.Table]:
         """Arrow tables of the rows in each batch of ``(start, stop)`` ranges (positions in the
@@ -612,7 +626,7 @@ class GPTSamplesBuilder(BaseBuilder):
         return maker.tables(batches) if isinstance(maker, ReadAhead) else one_ahead(maker, batches)
 
     def _table_maker(self, plan: Plan):
-        return opened_split(type(self).open_plan, plan, open).maker(self.config.num_shards or DEFAULT_NUM_SHARDS,
+        return opened_split(type(self).open_plan, plan, self._remote()).maker(self.config.num_shards or DEFAULT_NUM_SHARDS,
                                                                     self.config.read_ahead_bytes)
 
     def row_tables(self, plan: Plan, range_batches) -> Iterator[pa.Table]:

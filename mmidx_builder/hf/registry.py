@@ -219,6 +219,29 @@ def record_checksums(builder, enabled: bool) -> None:
     builder._record_checksums = enabled
 
 
+# Protocols whose storage options are resolved up front (any other gets the flat options).
+REMOTE_PROTOCOLS = ("hf", "http", "https", "s3", "gs", "gcs", "az", "abfs", "abfss")
+
+
+def remote_access(builder, cache_dir: str | None = None, max_cache_bytes: int | None = None):
+    """The remote.RemoteAccess for a builder's remote files, with the storage options datasets'
+    streaming ``open`` would use for each protocol (datasets' own resolution: the token and
+    endpoint for ``hf://``, ``trust_env`` for HTTP, ``storage_options[protocol]`` or the flat
+    options for the rest), and the block cache settings."""
+    from datasets import DownloadConfig
+    from datasets.utils.file_utils import _prepare_single_hop_path_and_storage_options
+
+    from ..remote import RemoteAccess
+
+    given = dict(builder.storage_options or {})
+    config = DownloadConfig(storage_options=given, token=builder.token)
+    options = {}
+    for protocol in sorted(set(REMOTE_PROTOCOLS) | {k for k, v in given.items() if isinstance(v, dict)}):
+        _, resolved = _prepare_single_hop_path_and_storage_options(f"{protocol}://host/path", download_config=config)
+        options[protocol] = resolved.get(protocol, {})
+    return RemoteAccess(options, cache_dir, max_cache_bytes)
+
+
 def with_card_config(builder_cls, config, dataset_name: str):
     """``builder_cls`` with ``config`` as its one named config, the way datasets configures a
     builder with a card's ``configs:`` (datasets.load.configure_builder_class, which also

@@ -1,0 +1,322 @@
+"""Remote reads (remote.py): tokens equal to the local files' for every source kind, bytes
+fetched within 1.5x of the pieces', many requests in flight, faults retried or named, a
+changed file refused, the block cache, and S3 through moto's server on 127.0.0.1.
+
+The oracle for tokens is the same files read locally through memory maps (MemmapBinReader,
+RawFiles' maps), an independent read path; sample order comes from megatron-core where the
+builder tests already pin it (local rows here are the builder's on the local folder).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mmidx_builder.errors import MissingPartnerError, RemoteChangedError, RemoteReadError
+from mmidx_builder.format import IndexedFile, write_documents
+from mmidx_builder.rawfiles import RawFiles
+from mmidx_builder.remote import MERGE_GAP_BYTES, BlockCache, RemoteAccess, plan_runs
+from mmidx_builder.source import Concatenated, SequenceRange
+from range_server import RangeServer
+
+SEQ = 64
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """A pair of 2,000 documents (lengths 0-1,500, uint16) in a served folder."""
+    folder = tmp_path_factory.mktemp("served")
+    rng = np.random.default_rng(11)
+    lengths = rng.integers(0, 1500, size=2000)
+    lengths[7] = 0
+    prefix = write_documents(folder / "corpus", [rng.integers(0, 65535, n) for n in lengths], dtype=np.uint16)
+    return folder, prefix
+
+
+def random_pieces(rng, source, count):
+    ids = rng.integers(0, len(source.sequence_lengths), count)
+    sizes = source.sequence_lengths[ids].astype(np.int64)
+    offsets = (rng.random(count) * sizes).astype(np.int64)
+    lengths = (rng.random(count) * (sizes - offsets + 1)).astype(np.int64)
+    return ids, offsets, lengths
+
+
+def fast(access: RemoteAccess | None = None, **changes) -> RemoteAccess:
+    """Quick retries for fault tests."""
+    settings_ = dict(storage_options={}, timeout=1.0, retries=3)
+    settings_.update(changes)
+    return RemoteAccess(**settings_)
+
+
+@pytest.fixture(autouse=True)
+def quick_backoff(monkeypatch):
+    import mmidx_builder.remote as remote
+
+    monkeypatch.setattr(remote, "BACKOFF_SECONDS", 0.01)
+
+
+# --- planning --------------------------------------------------------------------------------
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 5000), st.integers(0, 3000)), min_size=1, max_size=60))
+def test_runs_cover_every_piece_and_fetch_at_most_one_and_a_half_times_its_bytes(pieces):
+    sizes = [9000, 9000, 9000]
+    files = np.array([p[0] for p in pieces])
+    starts = np.array([p[1] for p in pieces])
+    stops = np.minimum(starts + np.array([p[2] for p in pieces]), 9000)
+    run_file, run_start, run_stop, piece_run, piece_offset = plan_runs(files, starts, stops, sizes)
+    # Every piece lies inside its run, in its own file.
+    assert (run_file[piece_run] == files).all()
+    assert (run_start[piece_run] + piece_offset == starts).all()
+    assert (run_start[piece_run] + piece_offset + (stops - starts) <= run_stop[piece_run]).all()
+    # Runs of a file never overlap, and hold no byte outside a piece beyond the merge budget.
+    fetched = int((run_stop - run_start).sum())
+    assert fetched <= 1.5 * int((stops - starts).sum()) or fetched == 0
+    for f in range(3):
+        mine = np.flatnonzero(run_file == f)
+        order = mine[np.argsort(run_start[mine])]
+        assert (run_start[order][1:] >= run_stop[order][:-1]).all()
+    assert ((run_stop - run_start) >= 0).all()
+
+
+def test_neighbouring_pieces_merge_and_distant_ones_do_not():
+    # Two pieces 100 bytes apart (each 1,000 long) merge; one MERGE_GAP_BYTES away does not.
+    far = 5000 + MERGE_GAP_BYTES + 1
+    run_file, run_start, run_stop, piece_run, _ = plan_runs([0, 0, 0], [0, 1100, far], [1000, 2100, far + 1000],
+                                                            [10 ** 7])
+    assert run_start.tolist() == [0, far] and run_stop.tolist() == [2100, far + 1000]
+    assert piece_run.tolist() == [0, 0, 1]
+
+
+# --- reads over HTTP ---------------------------------------------------------------------
+
+def test_remote_pieces_equal_local_ones_and_stay_within_the_byte_budget(served):
+    folder, prefix = served
+    local = IndexedFile.open(prefix)
+    rng = np.random.default_rng(0)
+    with RangeServer(folder, latency=0.05) as server:
+        remote = IndexedFile.open(server.url + "/corpus")
+        assert remote.remote and not local.remote
+        ids, offsets, lengths = random_pieces(rng, local, 600)
+        np.testing.assert_array_equal(remote.read_pieces(ids, offsets, lengths), local.read_pieces(ids, offsets, lengths))
+        needed = int(lengths.sum()) * 2
+        assert 0 < server.sent["corpus.bin"] <= 1.5 * needed
+        assert server.whole_files_sent.get("corpus.bin", 0) == 0
+        assert server.requests["corpus.idx"] == 1  # the .idx in one request
+        # The pieces' requests were in flight together, not one after another.
+        assert server.max_in_flight >= 20, server.max_in_flight
+        for i in (0, 7, 1999):
+            np.testing.assert_array_equal(remote.sequence(i), local.sequence(i))
+
+
+def test_remote_attribute_is_forwarded_by_concatenations_and_ranges(served):
+    folder, prefix = served
+    local = IndexedFile.open(prefix)
+    with RangeServer(folder) as server:
+        remote = IndexedFile.open(server.url + "/corpus")
+        assert Concatenated([local, remote]).remote and not Concatenated([local, local]).remote
+        assert SequenceRange(remote, 3, 9).remote and not SequenceRange(local, 3, 9).remote
+
+
+def test_a_missing_remote_partner_is_named(served, tmp_path):
+    folder, prefix = served
+    shutil.copy(prefix + ".bin", tmp_path / "lonely.bin")
+    with RangeServer(tmp_path) as server:
+        with pytest.raises(MissingPartnerError, match="lonely.idx"):
+            IndexedFile.open(server.url + "/lonely")
+
+
+def test_raw_files_read_remotely_equal_local_maps(tmp_path):
+    rng = np.random.default_rng(4)
+    names = []
+    for i, size in enumerate([0, 1, 3001, 77, 50_000]):
+        names.append(f"f{i}.dat")
+        (tmp_path / names[-1]).write_bytes(rng.integers(0, 256, size, dtype=np.uint8).tobytes())
+    for n_bytes in (1, 2, 3):
+        local = RawFiles([tmp_path / n for n in names], n_bytes)
+        with RangeServer(tmp_path) as server:
+            remote = RawFiles([f"{server.url}/{n}" for n in names], n_bytes)
+            assert remote.remote and not local.remote
+            ids, offsets, lengths = random_pieces(rng, local, 300)
+            np.testing.assert_array_equal(remote.read_pieces(ids, offsets, lengths),
+                                          local.read_pieces(ids, offsets, lengths))
+
+
+# --- faults ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("fault", ["fail", "drop", "cut", "stall"])
+def test_faults_are_retried_and_the_tokens_are_right(served, fault):
+    folder, prefix = served
+    local = IndexedFile.open(prefix)
+    rng = np.random.default_rng(1)
+    ids, offsets, lengths = random_pieces(rng, local, 40)
+    with RangeServer(folder) as server:
+        server.stall_seconds = 2.5
+        remote = IndexedFile.open(server.url + "/corpus", opener=fast())
+        getattr(server, fault)["corpus.bin"] = 3  # the first three .bin answers go wrong
+        got = remote.read_pieces(ids, offsets, lengths)
+        assert getattr(server, fault)["corpus.bin"] == 0
+    np.testing.assert_array_equal(got, local.read_pieces(ids, offsets, lengths))
+
+
+def test_a_server_that_keeps_failing_gives_an_error_naming_the_range(served):
+    folder, prefix = served
+    with RangeServer(folder) as server:
+        remote = IndexedFile.open(server.url + "/corpus", opener=fast(retries=2))
+        server.fail["corpus.bin"] = 10 ** 6
+        with pytest.raises(RemoteReadError, match=r"corpus\.bin: bytes \[\d+, \d+\).*503.*3 attempt") as error:
+            remote.read_pieces([5], [0], [10])
+        start = int(local_start := remote.sequence_starts[5]) * 2
+        assert (error.value.start, error.value.stop) == (start, start + 20), local_start
+        assert server.requests["corpus.bin"] == 3  # bounded: retries + 1
+
+
+def test_a_file_changed_mid_run_is_refused_not_read(served, tmp_path):
+    folder, prefix = served
+    for name in ("corpus.bin", "corpus.idx"):
+        shutil.copy(os.path.join(folder, name), tmp_path / name)
+    with RangeServer(tmp_path) as server:
+        remote = IndexedFile.open(server.url + "/corpus", opener=fast())
+        before = remote.read_pieces([3], [0], [5])
+        # Same size, other bytes (a re-upload): the ETag changes, the server answers 412.
+        data = (tmp_path / "corpus.bin").read_bytes()
+        (tmp_path / "corpus.bin").write_bytes(data[::-1])
+        with pytest.raises(RemoteChangedError, match=r"corpus\.bin: bytes \[\d+, \d+\).*changed") as error:
+            remote.read_pieces([3], [0], [5])
+        assert error.value.offset == int(remote.sequence_starts[3]) * 2
+        assert len(before) == 5
+
+
+# --- the block cache -----------------------------------------------------------------------
+
+def test_a_second_pass_through_the_cache_reads_no_remote_bytes(served, tmp_path):
+    folder, prefix = served
+    local = IndexedFile.open(prefix)
+    rng = np.random.default_rng(2)
+    ids, offsets, lengths = random_pieces(rng, local, 500)
+    access = RemoteAccess(cache_dir=str(tmp_path / "cache"))
+    with RangeServer(folder) as server:
+        remote = IndexedFile.open(server.url + "/corpus", opener=access)
+        first = remote.read_pieces(ids, offsets, lengths)
+        sent = dict(server.sent)
+        again = remote.read_pieces(ids, offsets, lengths)
+        assert server.sent == sent
+        # Another process (a new reader, no in-memory state) is served from the same files.
+        code = (f"import sys, numpy as np; sys.path.insert(0, {os.path.dirname(__file__)!r})\n"
+                "from mmidx_builder.format import IndexedFile\nfrom mmidx_builder.remote import RemoteAccess\n"
+                f"f = IndexedFile.open({server.url + '/corpus'!r}, opener=RemoteAccess(cache_dir={str(tmp_path / 'cache')!r}))\n"
+                f"sys.stdout.write(f.read_pieces({ids.tolist()}, {offsets.tolist()}, {lengths.tolist()}).tobytes().hex())")
+        other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+        assert server.sent == sent
+    expected = local.read_pieces(ids, offsets, lengths)
+    for got in (first, again, np.frombuffer(bytes.fromhex(other), np.uint16)):
+        np.testing.assert_array_equal(got, expected)
+
+
+def test_two_processes_filling_one_cache_at_once_read_the_same_tokens(served, tmp_path):
+    folder, prefix = served
+    cache = str(tmp_path / "cache")
+    with RangeServer(folder, latency=0.01) as server:
+        code = (f"from mmidx_builder.format import IndexedFile\nfrom mmidx_builder.remote import RemoteAccess\n"
+                "import sys\n"
+                f"f = IndexedFile.open({server.url + '/corpus'!r}, opener=RemoteAccess(cache_dir={cache!r}, max_cache_bytes=3 << 20))\n"
+                "sys.stdout.write(f.read_pieces(list(range(0, 2000, 3)), [0] * 667, f.sequence_lengths[0:2000:3]).tobytes().hex())")
+        runs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True) for _ in range(2)]
+        outputs = [run.communicate()[0] for run in runs]
+        assert all(run.returncode == 0 for run in runs)
+    local = IndexedFile.open(prefix)
+    expected = local.read_pieces(range(0, 2000, 3), [0] * 667, local.sequence_lengths[0:2000:3])
+    for output in outputs:
+        np.testing.assert_array_equal(np.frombuffer(bytes.fromhex(output), np.uint16), expected)
+    # Evicted down to the bound (3 MiB; the .bin is ~3 MB, blocks of 2 MiB), no temporary file left.
+    files = [os.path.join(d, f) for d, _, names in os.walk(cache) for f in names]
+    assert sum(os.path.getsize(f) for f in files) <= 3 << 20
+    assert not [f for f in files if os.path.basename(f).startswith(".")]
+
+
+def test_the_cache_is_keyed_by_content_so_a_changed_file_is_never_served_stale(served, tmp_path):
+    folder, prefix = served
+    for name in ("corpus.bin", "corpus.idx"):
+        shutil.copy(os.path.join(folder, name), tmp_path / name)
+    access = RemoteAccess(cache_dir=str(tmp_path / "cache"))
+    with RangeServer(tmp_path) as server:
+        before = IndexedFile.open(server.url + "/corpus", opener=access).read_pieces([1], [0], [50])
+        data = (tmp_path / "corpus.bin").read_bytes()
+        (tmp_path / "corpus.bin").write_bytes(data[::-1])
+        after = IndexedFile.open(server.url + "/corpus", opener=access).read_pieces([1], [0], [50])
+    start = int(IndexedFile.open(prefix).sequence_starts[1]) * 2
+    np.testing.assert_array_equal(after, np.frombuffer(data[::-1][start:start + 100], np.uint16))
+    assert not np.array_equal(before, after)
+
+
+def test_eviction_removes_the_oldest_blocks_first(tmp_path):
+    cache = BlockCache(str(tmp_path), max_bytes=10_000, block_bytes=1000)
+    for i in range(15):
+        path = tmp_path / "key" / str(i)
+        path.parent.mkdir(exist_ok=True)
+        path.write_bytes(b"x" * 1000)
+        os.utime(path, (1000 + i, 1000 + i))
+    assert cache.evict() == 6000
+    assert sorted(int(p.name) for p in (tmp_path / "key").iterdir()) == list(range(6, 15))
+
+
+# --- builders: streaming from HTTP ------------------------------------------------------------
+
+def stream_rows(dataset) -> np.ndarray:
+    return np.array([row["input_ids"] for row in dataset])
+
+
+def test_builder_streams_over_http_with_the_cache_and_a_second_epoch_fetches_nothing(served, tmp_path):
+    from datasets import load_dataset
+
+    folder, prefix = served
+    options = dict(seq_length=SEQ, split="train", cache_dir=str(tmp_path / "hf"), num_samples=300)
+    local = stream_rows(load_dataset("mmidx", data_files={"train": prefix + ".bin"}, streaming=True, **options))
+    with RangeServer(folder) as server:
+        stream = load_dataset("mmidx", data_files={"train": server.url + "/corpus.bin"}, streaming=True,
+                              remote_cache_dir=str(tmp_path / "blocks"), **options)
+        first = stream_rows(stream)
+        sent = dict(server.sent)
+        second = stream_rows(stream)
+        assert server.sent == sent
+    np.testing.assert_array_equal(first, local)
+    np.testing.assert_array_equal(second, local)
+
+
+def test_builder_without_cache_fetches_at_most_one_and_a_half_times_the_samples_bytes(served, tmp_path):
+    from datasets import load_dataset
+
+    folder, prefix = served
+    options = dict(seq_length=SEQ, split="train", cache_dir=str(tmp_path / "hf"), num_samples=400, num_shards=1)
+    with RangeServer(folder, latency=0.02) as server:
+        got = stream_rows(load_dataset("mmidx", data_files={"train": server.url + "/corpus.bin"}, streaming=True,
+                                       **options))
+        sent = server.sent["corpus.bin"]
+    local = stream_rows(load_dataset("mmidx", data_files={"train": prefix + ".bin"}, streaming=True, **options))
+    np.testing.assert_array_equal(got, local)
+    assert sent <= 1.5 * local.size * 2, (sent, local.size * 2)
+
+
+def test_fairseq_pairs_stream_over_http(tmp_path):
+    from datasets import load_dataset
+
+    rng = np.random.default_rng(8)
+    for lang in ("de", "en"):
+        write_documents(tmp_path / f"train.de-en.{lang}", [rng.integers(4, 300, n) for n in rng.integers(1, 40, 97)],
+                        dtype=np.uint16, flavour="fairseq")
+    files = [f"train.de-en.{lang}.bin" for lang in ("de", "en")]
+    local = load_dataset("mmidx", data_files={"train": [str(tmp_path / f) for f in files]}, split="train",
+                         streaming=True, cache_dir=str(tmp_path / "hf"))
+    with RangeServer(tmp_path) as server:
+        remote = load_dataset("mmidx", data_files={"train": [f"{server.url}/{f}" for f in files]}, split="train",
+                              streaming=True, cache_dir=str(tmp_path / "hf"))
+        got = [(r["source"], r["target"]) for r in remote]
+        assert server.sent.get("train.de-en.de.bin")
+    assert got == [(r["source"], r["target"]) for r in local]
