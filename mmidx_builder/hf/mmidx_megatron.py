@@ -11,6 +11,7 @@ are resolved against the folder or Hub repo ``load_dataset`` was given, so a car
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import posixpath
@@ -27,7 +28,8 @@ from ..errors import ParameterError
 from ..format import IndexedFile, split_prefix
 from ..megatron.args import settings_from_megatron_args
 from ..megatron.blend import DEFAULT_SURPLUS, SplitPlan, all_prefixes, megatron_plan
-from ..megatron.splits import build_split, split_samples
+from ..megatron.versions import check_version
+from ..megatron.splits import build_split, common_dtype, split_samples
 from ..pair_downloads import download_pairs
 from ..source import Concatenated
 from .common import (DEFAULT_NUM_SHARDS, INDEX_CACHE_FOLDER, ROWS_PER_TABLE, BaseBuilder, BaseConfig, check_integer,
@@ -37,7 +39,7 @@ from .registry import cache_root
 
 # The settings that say "this is a Megatron run": any of them picks this builder.
 OWN_SETTINGS = ("data_path", "split_ratios", "train_data_path", "valid_data_path", "test_data_path",
-                "megatron_args", "mid_level_dataset_surplus")
+                "megatron_args", "megatron_version", "mid_level_dataset_surplus")
 PATH_SETTINGS = ("data_path", "train_data_path", "valid_data_path", "test_data_path")
 
 
@@ -53,6 +55,8 @@ class MegatronConfig(BaseConfig):
             (``{"train": ..., "validation": ..., "test": ...}``); a split without one is one pass.
         mid_level_dataset_surplus (`float`, defaults to 0.005): Megatron's per-dataset oversizing.
         megatron_args (`str`, optional): a Megatron command line; the settings above override it.
+        megatron_version (`str`, defaults to "core_v0.19"): the Megatron-LM release whose reading of
+            ``megatron_args`` to follow, "core_v0.16" or "core_v0.19" (megatron/versions.py).
         seq_length (`int`, defaults to 2048 or ``--seq-length``), seed (`int`, 1234 or ``--seed``),
         add_extra_token, document_structure, index_cache_dir, dtype: as for .bin/.idx pairs.
     """
@@ -65,6 +69,7 @@ class MegatronConfig(BaseConfig):
     num_samples: object = None
     mid_level_dataset_surplus: float | None = None
     megatron_args: str | None = None
+    megatron_version: str | None = None
     seq_length: int | None = None
     seed: int | None = None
     add_extra_token: bool = True
@@ -75,7 +80,8 @@ class MegatronConfig(BaseConfig):
 
     def resolved(self) -> dict:
         """The settings, ``megatron_args`` read and the explicit ones laid over it."""
-        settings = settings_from_megatron_args(self.megatron_args) if self.megatron_args else {}
+        settings = (settings_from_megatron_args(self.megatron_args, megatron_version=self.megatron_version)
+                    if self.megatron_args else {})
         self.collator_flags = settings.pop("collator_flags", {})
         explicit = {name: getattr(self, name) for name in (*PATH_SETTINGS, "split_ratios", "num_samples",
                                                            "mid_level_dataset_surplus", "seq_length", "seed")}
@@ -98,6 +104,7 @@ class MegatronConfig(BaseConfig):
         settings = self.resolved()
         check_integer("seq_length", settings["seq_length"], 1)
         check_integer("seed", settings["seed"], 0)
+        check_version(self.megatron_version)
         if self.dtype is not None:
             integer_dtype(self.dtype)
         # Every rule that needs no file. A card's config may carry no data setting (the call
@@ -176,14 +183,19 @@ class MMIdxMegatron(BaseBuilder):
         with_dataset_id = any(plan.blend is not None for plan in plans.values())
         cache_dir = config.index_cache_dir or os.path.join(cache_root(self), INDEX_CACHE_FOLDER)
         generators, features = [], []
+        splits = {name: MegatronSplit(plan=plan, identity=identity,
+                                      files=tuple(f for f in files if f[0] in {p.prefix for p in plan.parts}),
+                                      seq_length=settings["seq_length"], seed=settings["seed"],
+                                      add_extra_token=config.add_extra_token, index_cache_dir=cache_dir,
+                                      document_structure=config.document_structure, dtype=config.dtype,
+                                      with_dataset_id=with_dataset_id)
+                  for name, plan in plans.items()}
+        dtype = np.dtype(config.dtype) if config.dtype else common_dtype([_built(s, open) for s in splits.values()])
         for name, plan in plans.items():
-            split = MegatronSplit(plan=plan, files=tuple(f for f in files if f[0] in {p.prefix for p in plan.parts}),
-                                  identity=identity, seq_length=settings["seq_length"], seed=settings["seed"],
-                                  add_extra_token=config.add_extra_token, index_cache_dir=cache_dir,
-                                  document_structure=config.document_structure, dtype=config.dtype,
-                                  with_dataset_id=with_dataset_id)
+            # Per-split blends of different token dtypes (megatron-core builds them): one dtype holding all.
+            split = splits[name] if config.dtype or dtype == _built(splits[name], open).dtype else \
+                dataclasses.replace(splits[name], dtype=dtype.name)
             built = _built(split, open)
-            dtype = np.dtype(config.dtype) if config.dtype else built.dtype
             split_features = sample_features(dtype, built.sample_length, config.document_structure)
             if with_dataset_id:
                 split_features["dataset_id"] = datasets.Value("int16")
