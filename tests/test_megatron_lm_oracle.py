@@ -132,6 +132,9 @@ CASES = {  # name -> (command line with {corpus} fields, versions, consumed trai
     # one pass over an exhaustive blend; core_v0.19's loader gives one sample per rank and step
     "full_validation": ("--data-path {web} {books} --split 80,15,5 --seq-length 24 --micro-batch-size 2 "
                         "--global-batch-size 8 --train-iters 10 --full-validation --eval-iters 2", BOTH, None),
+    # megatron-core's helpers.cpp asserts seq_length > 1; its release builds sample anyway
+    "seq_length_one": ("--data-path {books} --split 90,8,2 --seq-length 1 --micro-batch-size 2 --global-batch-size 4 "
+                       "--train-iters 10 --eval-interval 5 --eval-iters 2 --eod-mask-loss", BOTH, None),
     "inter_document_masking": ("--data-path {web} --split 90,8,2 --seq-length 40 --micro-batch-size 2 "
                                "--global-batch-size 4 --train-iters 20 --eval-interval 10 --eval-iters 2 "
                                "--dataloader-inter-document-masking --reset-position-ids --eod-mask-loss "
@@ -436,3 +439,46 @@ def test_rampup_train_iters_differ_between_versions_as_megatron_lms(megatron_lm)
     --eval-interval 10 --eval-iters 2 --global-batch-size 8: (62 // 10 + 1) * 16), core_v0.19.0 does not (50)."""
     assert _result(megatron_lm, "core_v0.16", "rampup")["ranks"][0]["meta"]["train_iters"] == 62
     assert _result(megatron_lm, "core_v0.19", "rampup")["ranks"][0]["meta"]["train_iters"] == 50
+
+
+_UPDATE_TRAIN_ITERS = """
+import ast, json, sys, types
+from megatron.core import num_microbatches_calculator as calculator
+source = open(sys.argv[1], encoding="utf-8").read()
+node = next(n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef) and n.name == "update_train_iters")
+scope = {"update_num_microbatches": calculator.update_num_microbatches, "print_rank_0": lambda *a: None,
+         "get_current_global_batch_size": calculator.get_current_global_batch_size}
+exec(compile(ast.Module([node], []), sys.argv[1], "exec"), scope)
+iterations = []
+for start, increment, samples, global_batch_size, train_samples in json.loads(sys.argv[2]):
+    calculator.unset_num_microbatches_calculator()
+    calculator.init_num_microbatches_calculator(0, [start, increment, samples], global_batch_size, 1, 1, False)
+    args = types.SimpleNamespace(train_iters=None, train_samples=train_samples,
+                                 rampup_batch_size=[start, increment, samples], global_batch_size=global_batch_size)
+    scope["update_train_iters"](args)
+    iterations.append(args.train_iters)
+print(json.dumps(iterations))
+"""
+
+
+def test_rampup_train_iters_are_megatron_lm_core_v0_16s(tmp_path):
+    """versions.rampup_train_iters against core_v0.16.1's update_train_iters (run from the archive's
+    source) over megatron-core 0.16.1's ramp-up calculator, on random ramp-ups."""
+    from mmidx_builder.megatron.versions import rampup_train_iters
+
+    python, code = _oracle("core_v0.16", tmp_path)
+    rng = np.random.default_rng(16)
+    configs = []
+    for _ in range(300):
+        start, increment, steps = (int(v) for v in rng.integers(1, [17, 9, 11]))
+        configs.append([start, increment, int(rng.integers(0, 600)), start + increment * steps,
+                        int(rng.integers(1, 3000))])
+    configs.append([2, 2, 64, 8, 400])  # the issue's: 62
+    done = subprocess.run([python, "-c", _UPDATE_TRAIN_ITERS, str(code / "megatron" / "training" / "training.py"),
+                           json.dumps(configs)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    theirs = json.loads(done.stdout.strip().splitlines()[-1])
+    ours = [rampup_train_iters(train, batch, [start, increment, samples])
+            for start, increment, samples, batch, train in configs]
+    assert ours == theirs
+    assert ours[-1] == 62

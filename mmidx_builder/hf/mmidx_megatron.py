@@ -28,8 +28,8 @@ from ..errors import ParameterError
 from ..format import IndexedFile, split_prefix
 from ..megatron.args import settings_from_megatron_args
 from ..megatron.blend import DEFAULT_SURPLUS, SplitPlan, all_prefixes, megatron_plan
+from ..megatron.splits import build_split, check_seq_length, common_dtype, split_samples
 from ..megatron.versions import check_version
-from ..megatron.splits import build_split, common_dtype, split_samples
 from ..pair_downloads import download_pairs
 from ..source import Concatenated
 from .common import (DEFAULT_NUM_SHARDS, INDEX_CACHE_FOLDER, ROWS_PER_TABLE, BaseBuilder, BaseConfig, check_integer,
@@ -103,6 +103,7 @@ class MegatronConfig(BaseConfig):
         super().validate()
         settings = self.resolved()
         check_integer("seq_length", settings["seq_length"], 1)
+        check_seq_length(settings["seq_length"])
         check_integer("seed", settings["seed"], 0)
         check_version(self.megatron_version)
         if self.dtype is not None:
