@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tarfile
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -395,8 +396,12 @@ def test_rank_micro_batches_are_megatron_lms(megatron_lm, corpora, name, version
     result = _result(megatron_lm, version, name)
     assert "ranks" in result, f"Megatron-LM {version} did not run {name}: {result}"
     command = _command(template, corpora)
-    settings, ours = our_micro_batches(command, version, consumed or 0, streaming, workers,
-                                       tmp_path_factory.mktemp("hf"), torch)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        settings, ours = our_micro_batches(command, version, consumed or 0, streaming, workers,
+                                           tmp_path_factory.mktemp("hf"), torch)
+    said = [str(w.message) for w in caught if "seq_length=1" in str(w.message)]
+    assert bool(said) == (name == "seq_length_one"), said  # accepted, with a warning that says why
     meta = result["ranks"][0]["meta"]
     assert [settings["num_samples"][s] for s in SPLITS] == meta["sizes"], "get_train_valid_test_num_samples"
     sizes = _micro_batch_sizes(command, version)
