@@ -25,16 +25,9 @@ then
     exit 0  # already there
 fi
 
-[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
-py="$venv/bin/python"
-pip=("$py" -m pip --quiet --disable-pip-version-check)
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-if ! "${pip[@]}" download --no-index --no-deps -d "$work" "torch==$torch_version" 2>/dev/null; then
-    echo "note: no local CPU torch $torch_version wheel; megatron-core $version is not installed" >&2
-    exit 0
-fi
-"${pip[@]}" install "$work"/torch-"$torch_version"*.whl numpy packaging typing_extensions six regex pyyaml pydantic
+what="megatron-core $version"
+source "$(dirname "$0")/cpu_torch_venv.sh"
+"${pip[@]}" install "$torch_wheel" numpy packaging typing_extensions six regex pyyaml pydantic
 "${pip[@]}" install --no-deps "megatron-core==$version" triton==3.9.0
 
 "$py" - <<'PY'

@@ -41,11 +41,16 @@ pytestmark = pytest.mark.megatron
 
 ROOT = Path(__file__).resolve().parent.parent
 ARCHIVES = Path(os.environ.get("MMIDX_MEGATRON_LM_ARCHIVES") or ROOT.parent / "shared" / "oracles" / "megatron-lm")
-ORACLES = {  # megatron_version -> (archive, the python of the venv with its megatron-core)
+ORACLES = {  # megatron_version -> (archive, the python of the venv with its megatron-core, whose version)
     "core_v0.16": ("megatron-lm-core_v0.16.1.tar.gz",
-                   os.environ.get("MMIDX_MEGATRON016_PYTHON") or str(ROOT / ".venv-megatron016" / "bin" / "python")),
-    "core_v0.19": ("megatron-lm-core_v0.19.0.tar.gz", sys.executable),
+                   os.environ.get("MMIDX_MEGATRON016_PYTHON") or str(ROOT / ".venv-megatron016" / "bin" / "python"),
+                   "0.16.1"),
+    "core_v0.19": ("megatron-lm-core_v0.19.0.tar.gz", sys.executable, "0.19.2"),
 }
+# Without importing megatron.core (seconds): the installed version, and what the training code imports.
+PROBE = """import sys, importlib.metadata as m, importlib.util as u
+sys.exit(m.version("megatron-core") != sys.argv[1] or not all(u.find_spec(n) for n in ("pydantic", "torch", "triton")))
+"""
 WORLD_SIZE = 2
 MICRO_BATCHES = 3  # compared per split and rank
 DEADLINE = 60  # seconds for one case once the previous one is done (its own few seconds, on a busy machine)
@@ -182,13 +187,13 @@ def _free_port() -> int:
 
 def _oracle(version: str, cache: Path):
     """(python, extracted Megatron-LM folder) for ``version``; skips or fails as the module says."""
-    archive_name, python = ORACLES[version]
+    archive_name, python, core_version = ORACLES[version]
     archive = ARCHIVES / archive_name
     if not archive.is_file():
         pytest.skip(f"no Megatron-LM archive {archive} (CI has ../shared/oracles/megatron-lm)")
-    probe = "import megatron.core.datasets.helpers_cpp, pydantic"
-    if not (os.path.isfile(python) and subprocess.run([python, "-c", probe], capture_output=True).returncode == 0):
-        why = (f"no megatron-core under {python} for Megatron-LM {version} "
+    if not (os.path.isfile(python)
+            and subprocess.run([python, "-c", PROBE, core_version], capture_output=True).returncode == 0):
+        why = (f"no megatron-core {core_version} under {python} for Megatron-LM {version} "
                "(bash scripts/install_megatron016_oracle.sh .venv-megatron016, scripts/install_oracle.sh .venv)")
         if os.environ.get("MMIDX_REQUIRE_ORACLE") == "1":
             pytest.fail(why)
