@@ -16,9 +16,9 @@ parallel groups, ``args.consumed_train_samples = C`` (as a checkpoint load sets 
 split (train at C, validation and test at 0, as ``build_train_valid_test_data_loaders`` does
 without ``--skip-train``). It writes, atomically, ``OUT_DIR/<name>.rank<r>.npz``: every key of
 the first N micro-batches of each split's loader (``<split>/<i>/<key>``), and a JSON
-``meta`` entry (the sizes, ``train_iters``, ``len`` of each dataset and loader, the
-tokenizer's EOD), or ``<name>.rank<r>.error.json`` when Megatron-LM raises. Megatron's
-globals are unset between cases; the process group is kept (same world size).
+``meta`` entry (the sizes, ``train_iters``, ``len`` of each dataset, the tokenizer's EOD),
+or ``<name>.rank<r>.error.json`` when Megatron-LM raises. Megatron's globals are unset
+between cases; the process group is kept (same world size).
 
 Loader workers (``--num-workers``, default 2) are set to 0: they change when items are made,
 not which, and each would be a process on a 2-core machine.
@@ -50,13 +50,6 @@ from megatron.training.training import get_train_valid_test_num_samples, update_
 SPLITS = ("train", "validation", "test")
 
 
-def _loader_len(loader):
-    try:
-        return len(loader)
-    except TypeError:
-        return None
-
-
 def run_case(case, rank):
     sys.argv = ["pretrain_gpt.py", *case["argv"]]
     args = parse_args()
@@ -78,7 +71,7 @@ def run_case(case, rank):
             meta["splits"][name] = None
             continue
         loader = build_pretraining_data_loader(dataset, consumed[name])
-        meta["splits"][name] = {"dataset_len": len(dataset), "micro_batches": _loader_len(loader.batch_sampler)}
+        meta["splits"][name] = {"dataset_len": len(dataset)}
         if hasattr(dataset, "config"):
             meta["eod"] = int(dataset.config.tokenizer.eod)
         elif hasattr(dataset, "datasets"):
