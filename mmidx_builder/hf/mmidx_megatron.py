@@ -28,7 +28,7 @@ from ..errors import ParameterError
 from ..format import IndexedFile, split_prefix
 from ..megatron.args import settings_from_megatron_args
 from ..megatron.blend import DEFAULT_SURPLUS, SplitPlan, all_prefixes, megatron_plan
-from ..megatron.splits import build_split, check_seq_length, common_dtype, split_samples
+from ..megatron.splits import build_split, check_seq_length, split_samples
 from ..megatron.versions import check_version
 from ..pair_downloads import download_pairs
 from ..source import Concatenated
@@ -191,9 +191,11 @@ class MMIdxMegatron(BaseBuilder):
                                       document_structure=config.document_structure, dtype=config.dtype,
                                       with_dataset_id=with_dataset_id)
                   for name, plan in plans.items()}
-        dtype = np.dtype(config.dtype) if config.dtype else common_dtype([_built(s, open) for s in splits.values()])
+        # Per-split blends of different token dtypes (megatron-core builds them): one dtype holding
+        # all, as a DatasetDict of one builder has one set of features.
+        dtype = np.dtype(config.dtype) if config.dtype else np.result_type(*(_built(s, open).dtype
+                                                                             for s in splits.values()))
         for name, plan in plans.items():
-            # Per-split blends of different token dtypes (megatron-core builds them): one dtype holding all.
             split = splits[name] if config.dtype or dtype == _built(splits[name], open).dtype else \
                 dataclasses.replace(splits[name], dtype=dtype.name)
             built = _built(split, open)

@@ -109,13 +109,6 @@ def build_split(plan: SplitPlan, sources: dict[str, TokenSource], *, seq_length:
     return BuiltSplit(plan, tuple(parts), tuple(all_indices), blending, int(rows))
 
 
-def common_dtype(built: list[BuiltSplit]) -> np.dtype:
-    """One token dtype for every split: per-split blends may read a uint16 file in one split and an
-    int32 one in another (megatron-core builds them), and a ``datasets`` DatasetDict of one
-    builder has one set of features."""
-    return np.result_type(*(b.dtype for b in built))
-
-
 def split_samples(built: BuiltSplit, positions, document_structure: bool = False):
     """Tokens of training positions ``positions`` of the split: ``(tokens, dataset_ids,
     structure)`` where ``tokens`` is ``(len(positions), sample_length)`` in ``built.dtype``,
@@ -146,4 +139,4 @@ def split_samples(built: BuiltSplit, positions, document_structure: bool = False
     return tokens, datasets.astype(np.int16), structure
 
 
-__all__ = ["BuiltSplit", "build_split", "check_seq_length", "common_dtype", "split_samples"]
+__all__ = ["BuiltSplit", "build_split", "check_seq_length", "split_samples"]
