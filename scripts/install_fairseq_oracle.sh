@@ -28,16 +28,9 @@ then
     exit 0  # already there
 fi
 
-[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
-py="$venv/bin/python"
-pip=("$py" -m pip --quiet --disable-pip-version-check)
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-if ! "${pip[@]}" download --no-index --no-deps -d "$work" "torch==$torch_version" 2>/dev/null; then
-    echo "note: no local CPU torch $torch_version wheel; the fairseq oracle is not installed" >&2
-    exit 0
-fi
-"${pip[@]}" install "$work"/torch-"$torch_version"*.whl cython numpy setuptools wheel
+what="the fairseq oracle"
+source "$(dirname "$0")/cpu_torch_venv.sh"
+"${pip[@]}" install "$torch_wheel" cython numpy setuptools wheel
 
 tag=$("$py" -c "import sys; print(f'cp{sys.version_info.major}{sys.version_info.minor}')")
 wheels="$cache/fairseq-$version-$tag-torch$torch_version"

@@ -18,5 +18,8 @@ bash scripts/install_training_test_deps.sh .venv
 # fairseq itself, for the max_tokens batch tests: its own venv (about 4 minutes the first
 # time on a machine, seconds after that: the built wheel is cached).
 bash scripts/install_fairseq_oracle.sh .venv-fairseq
+# megatron-core 0.16.1, with Megatron-LM core_v0.16.1 the older oracle of the Megatron-LM
+# differential test (the newer, 0.19.2, is in .venv): its own venv, about 30 s.
+bash scripts/install_megatron016_oracle.sh .venv-megatron016
 
 .venv/bin/python examples/quickstart.py "${1:-example}"

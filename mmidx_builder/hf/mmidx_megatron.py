@@ -22,19 +22,22 @@ import pyarrow as pa
 
 from .. import provenance
 from .._io import is_remote
+from ..card_checksums import verify_against_card
+from ..dtypes import common_token_dtype
 from ..errors import ParameterError
 from ..format import IndexedFile, split_prefix
 from ..megatron.args import settings_from_megatron_args
 from ..megatron.blend import DEFAULT_SURPLUS, all_prefixes, megatron_plan
-from ..megatron.splits import build_split, split_samples
+from ..megatron.splits import build_split, check_seq_length, split_samples
+from ..megatron.versions import check_version
 from ..pair_downloads import download_pairs
 from ..source import Concatenated
-from .common import (GPTConfig, GPTSamplesBuilder, OpenedSplit, Plan, check_integer, fixed_size_lists, ranged,
-                     sample_features, structure_columns)
+from .common import (GPTConfig, GPTSamplesBuilder, OpenedSplit, Plan, check_integer, fixed_size_lists, opened_split,
+                     ranged, sample_features, structure_columns)
 
 # The settings that say "this is a Megatron run": any of them picks this builder.
 OWN_SETTINGS = ("data_path", "split_ratios", "train_data_path", "valid_data_path", "test_data_path",
-                "megatron_args", "mid_level_dataset_surplus")
+                "megatron_args", "megatron_version", "mid_level_dataset_surplus")
 PATH_SETTINGS = ("data_path", "train_data_path", "valid_data_path", "test_data_path")
 
 
@@ -50,6 +53,8 @@ class MegatronConfig(GPTConfig):
             (``{"train": ..., "validation": ..., "test": ...}``); a split without one is one pass.
         mid_level_dataset_surplus (`float`, defaults to 0.005): Megatron's per-dataset oversizing.
         megatron_args (`str`, optional): a Megatron command line; the settings above override it.
+        megatron_version (`str`, defaults to "core_v0.19"): the Megatron-LM release whose reading of
+            ``megatron_args`` to follow, "core_v0.16" or "core_v0.19" (megatron/versions.py).
         seq_length (`int`, defaults to 2048 or ``--seq-length``), seed (`int`, 1234 or ``--seed``),
         add_extra_token, document_structure, index_cache_dir, dtype, read_ahead_bytes: as for
         .bin/.idx pairs (:class:`GPTConfig`); ``num_epochs`` does not apply (sizes are ``num_samples``).
@@ -62,12 +67,14 @@ class MegatronConfig(GPTConfig):
     test_data_path: object = None
     mid_level_dataset_surplus: float | None = None
     megatron_args: str | None = None
+    megatron_version: str | None = None
     # Not a setting: the flags change batches, not samples. Declared only to refuse it by name.
     collator_flags: dict | None = field(default=None, repr=False)
 
     def resolved(self) -> dict:
         """The settings, ``megatron_args`` read and the explicit ones laid over it."""
-        settings = settings_from_megatron_args(self.megatron_args) if self.megatron_args else {}
+        settings = (settings_from_megatron_args(self.megatron_args, megatron_version=self.megatron_version)
+                    if self.megatron_args else {})
         settings.pop("collator_flags", None)  # MegatronCollator's, not the samples'
         explicit = {name: getattr(self, name) for name in (*PATH_SETTINGS, "split_ratios", "num_samples",
                                                            "mid_level_dataset_surplus", "seq_length", "seed")}
@@ -102,7 +109,9 @@ class MegatronConfig(GPTConfig):
                                  "load the files without data_path to sample whole epochs")
         settings = self.resolved()
         check_integer("seq_length", settings["seq_length"], 1)
+        check_seq_length(settings["seq_length"])
         check_integer("seed", settings["seed"], 0)
+        check_version(self.megatron_version)
         # Every rule that needs no file. A card's config may carry no data setting (the call
         # adds it, and the config is validated again then); "no data" is said when loading.
         if self.megatron_args or any(getattr(self, name) is not None for name in PATH_SETTINGS):
@@ -160,10 +169,25 @@ class MMIdxMegatron(GPTSamplesBuilder):
         files = [(p, read[2 * i], read[2 * i + 1]) for i, p in enumerate(prefixes)]
         identity = self._identity([path for prefix in located for path in (prefix + ".bin", prefix + ".idx")])
         with_dataset_id = any(plan.blend is not None for plan in plans.values())
-        return [Plan.of(name, [p.prefix for p in plan.parts],
-                        [f for f in files if f[0] in {p.prefix for p in plan.parts}], identity, split_plan=plan,
-                        with_dataset_id=with_dataset_id, **self._sample_settings())
-                for name, plan in plans.items()]
+        settings = self._sample_settings()
+
+        def plan_of(name, plan, **override):
+            return Plan.of(name, [p.prefix for p in plan.parts],
+                           [f for f in files if f[0] in {p.prefix for p in plan.parts}], identity, split_plan=plan,
+                           with_dataset_id=with_dataset_id, **{**settings, **override})
+
+        made = [plan_of(name, plan) for name, plan in plans.items()]
+        if settings["dtype"] is None and len(made) > 1:
+            # Per-split blends of different token dtypes (megatron-core builds them): one dtype holding
+            # all. Reading their .idx headers opens them: the card's sha256 check first (cheap:
+            # it compares what the download manager recorded), as the base class does.
+            verify_against_card(dl_manager, self.base_path)
+            dtypes = [opened_split(type(self).open_plan, plan, self._remote()).features["input_ids"].feature.dtype
+                      for plan in made]
+            if len(set(dtypes)) > 1:
+                dtype = common_token_dtype(dtypes, names=[f"split {name!r}" for name in plans])
+                made = [plan_of(name, plan, dtype=dtype.name) for name, plan in plans.items()]
+        return made
 
     def _order(self, plan) -> dict:
         split = plan["split_plan"]

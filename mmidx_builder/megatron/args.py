@@ -13,8 +13,11 @@ get_blend_and_blend_per_split``, ``pretrain_gpt.py``):
     --skip-train, --eval-global-batch-size                         num_samples["test"]
 
 The collator's flags (--reset-position-ids, --reset-attention-mask, --eod-mask-loss,
---no-create-attention-mask-in-dataloader, --dataloader-inter-document-masking) do not change the
-samples: they are returned in ``collator_flags`` for ``MegatronCollator``. Every other
+--no-create-attention-mask-in-dataloader, --dataloader-inter-document-masking, and the EOD and
+pad ids of ``--tokenizer-type NullTokenizer --vocab-size V``) do not change the samples: they
+are returned in ``collator_flags`` for ``MegatronCollator``. Where Megatron-LM versions differ
+(``--rampup-batch-size``, NullTokenizer's EOD, which options exist), ``megatron_version``
+picks one (versions.py). Every other
 argument is ignored; names this module does not know as Megatron's are listed in a warning.
 A command line is parsed with argparse because it is one (the library's own API takes plain
 keyword arguments).
@@ -28,6 +31,7 @@ import shlex
 import warnings
 
 from ..errors import ParameterError
+from .versions import check_arguments_exist, check_version, null_tokenizer_ids, rampup_train_iters
 
 # Megatron arguments known not to change which samples come in which order (model, optimiser,
 # parallelism, checkpointing, logging): ignored without a warning.
@@ -35,7 +39,7 @@ IGNORED = frozenset("""
 num-layers hidden-size ffn-hidden-size num-attention-heads num-query-groups group-query-attention kv-channels
 max-position-embeddings position-embedding-type rotary-base rotary-percent normalization norm-epsilon
 swiglu untie-embeddings-and-output-weights disable-bias-linear attention-dropout hidden-dropout
-init-method-std make-vocab-size-divisible-by vocab-size padded-vocab-size tokenizer-type tokenizer-model
+init-method-std make-vocab-size-divisible-by padded-vocab-size tokenizer-model
 vocab-file merge-file micro-batch-size lr min-lr lr-decay-style lr-decay-iters lr-decay-samples lr-warmup-iters
 lr-warmup-samples lr-warmup-fraction weight-decay clip-grad adam-beta1 adam-beta2 adam-eps optimizer
 bf16 fp16 fp8-format loss-scale initial-loss-scale tensor-model-parallel-size pipeline-model-parallel-size
@@ -57,11 +61,14 @@ def _parser() -> argparse.ArgumentParser:
                                 exit_on_error=False)
     for name in ("--data-path", "--train-data-path", "--valid-data-path", "--test-data-path"):
         p.add_argument(name, nargs="*")
-    for name in ("--split", "--data-args-path", "--per-split-data-args-path", "--dataloader-type"):
+    for name in ("--split", "--data-args-path", "--per-split-data-args-path", "--dataloader-type", "--tokenizer-type",
+                 "--step-batch-size-schedule"):
         p.add_argument(name)
     for name in ("--seq-length", "--seed", "--train-samples", "--train-iters", "--global-batch-size",
-                 "--eval-iters", "--eval-interval", "--start-eval-at-iter", "--eval-global-batch-size"):
+                 "--eval-iters", "--eval-interval", "--start-eval-at-iter", "--eval-global-batch-size",
+                 "--eval-micro-batch-size", "--vocab-size", "--null-tokenizer-eod-id", "--null-tokenizer-pad-id"):
         p.add_argument(name, type=int)
+    p.add_argument("--rampup-batch-size", nargs=3, type=int)
     p.add_argument("--mid-level-dataset-surplus", type=float)
     for name in ("--full-validation", "--skip-train", "--multiple-validation-sets", "--reset-position-ids",
                  "--reset-attention-mask", "--eod-mask-loss", "--no-create-attention-mask-in-dataloader",
@@ -97,14 +104,18 @@ def _eval_samples(args, global_batch_size: int) -> int | None:
     return points * eval_iters * eval_batch
 
 
-def settings_from_megatron_args(command_line: str | list[str], opener=open) -> dict:
+def settings_from_megatron_args(command_line: str | list[str], opener=open,
+                                megatron_version: str | None = None) -> dict:
     """The builder settings a Megatron command line implies (module docstring), plus
-    ``collator_flags``: MegatronCollator's keyword arguments for the same run."""
+    ``collator_flags``: MegatronCollator's keyword arguments for the same run, as Megatron-LM
+    ``megatron_version`` ("core_v0.16" or "core_v0.19", the default) derives them."""
+    version = check_version(megatron_version)
     tokens = shlex.split(command_line) if isinstance(command_line, str) else [str(t) for t in command_line]
     try:
         args, rest = _parser().parse_known_args(tokens)
     except (argparse.ArgumentError, ValueError) as error:
         raise ParameterError(f"megatron_args: {error}") from None
+    check_arguments_exist({t.split("=")[0] for t in tokens if t.startswith("--")}, version)
     unknown = sorted({t[2:].split("=")[0] for t in rest if t.startswith("--")} - IGNORED)
     if unknown:
         warnings.warn(f"megatron_args: not known as Megatron data arguments, ignored: {', '.join(unknown)}",
@@ -135,13 +146,25 @@ def settings_from_megatron_args(command_line: str | list[str], opener=open) -> d
                 loaded = json.load(f)
         except (OSError, ValueError) as error:
             raise ParameterError(f"--per-split-data-args-path {args.per_split_data_args_path}: {error}") from None
-        per_split = {f"{name}_data_path": loaded.get(name) for name in ("train", "valid", "test")}
+        per_split = _per_split_paths(loaded, args.per_split_data_args_path)
     if args.train_samples and args.train_iters is not None:
         raise ParameterError("megatron_args: give --train-samples or --train-iters, not both (Megatron-LM refuses both)")
+    if args.step_batch_size_schedule is not None:
+        raise ParameterError("megatron_args: --step-batch-size-schedule is not supported (Megatron-LM core_v0.19 "
+                             "refuses it with --global-batch-size, and without one the batch size depends on the "
+                             "data-parallel size); give --global-batch-size instead")
+    if args.rampup_batch_size is not None and version == "core_v0.16" and not args.train_samples:
+        raise ParameterError("megatron_args: --rampup-batch-size needs --train-samples at Megatron-LM core_v0.16 "
+                             "(its validate_args asserts 'expected no batch-size rampup for iteration-based training')")
     if args.train_samples:  # Megatron tests it for truth: 0 falls back to iterations
         train = args.train_samples
         if args.train_iters is None and args.global_batch_size:
-            args.train_iters = args.train_samples // args.global_batch_size  # as validate_args does
+            # update_train_iters; core_v0.19 no longer reads --rampup-batch-size there.
+            if args.rampup_batch_size is not None and version == "core_v0.16":
+                args.train_iters = rampup_train_iters(args.train_samples, args.global_batch_size,
+                                                      args.rampup_batch_size)
+            else:
+                args.train_iters = args.train_samples // args.global_batch_size
     elif args.train_iters is not None and args.global_batch_size is not None:
         train = args.train_iters * args.global_batch_size
     else:
@@ -167,7 +190,26 @@ def settings_from_megatron_args(command_line: str | list[str], opener=open) -> d
         "reset_position_ids": args.reset_position_ids, "reset_attention_mask": args.reset_attention_mask,
         "eod_mask_loss": args.eod_mask_loss, "create_attention_mask": not args.no_create_attention_mask_in_dataloader,
         "inter_document_masking": args.dataloader_inter_document_masking}
+    if args.tokenizer_type == "NullTokenizer" and args.vocab_size is not None:
+        settings["collator_flags"].update(null_tokenizer_ids(args.vocab_size, version, args.null_tokenizer_eod_id,
+                                                             args.null_tokenizer_pad_id))
     return settings
+
+
+def _per_split_paths(loaded, path: str) -> dict:
+    """``--per-split-data-args-path``'s JSON as Megatron-LM reads it: an object with the keys
+    "train", "valid" and "test" (each a blend, or null for no such split); a missing key is a
+    KeyError in Megatron-LM (``get_blend_and_blend_per_split``)."""
+    if not isinstance(loaded, dict):
+        raise ParameterError(f"--per-split-data-args-path {path}: expected a JSON object with the keys \"train\", "
+                             f"\"valid\" and \"test\", found {type(loaded).__name__}")
+    missing = [name for name in ("train", "valid", "test") if name not in loaded]
+    if missing:
+        raise ParameterError(
+            f"--per-split-data-args-path {path}: no {', '.join(repr(m) for m in missing)} key (found "
+            f"{sorted(loaded)}); Megatron-LM reads all of \"train\", \"valid\" and \"test\" and fails with KeyError "
+            "otherwise: give a split you do not want as null")
+    return {f"{name}_data_path": loaded[name] for name in ("train", "valid", "test")}
 
 
 __all__ = ["settings_from_megatron_args"]

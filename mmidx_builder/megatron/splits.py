@@ -13,6 +13,7 @@ Pure numpy; nothing here imports ``datasets``.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,6 +55,16 @@ def _part_source(plan: SplitPlan, part, source: TokenSource, prefix_label: str) 
             f"has {num_sequences:,} sequences: that is {'no sequence' if end <= begin else 'no token'}. Raise the "
             f"split's ratio, give the prefix more sequences, or set that split's ratio to 0 to leave it out")
     return ranged
+
+
+def check_seq_length(seq_length: int) -> None:
+    """Accepts ``seq_length`` 1 with a warning. megatron-core's ``helpers.cpp::build_sample_idx``
+    asserts ``seq_length > 1``: a debug build aborts, while its release wheels (built with
+    NDEBUG) skip the assert and sample as for any length, which is what the rows here are (the
+    Megatron-LM oracle test compares them at core_v0.16.1 and core_v0.19.0)."""
+    if seq_length == 1:
+        warnings.warn("seq_length=1: megatron-core asserts seq_length > 1 in helpers.cpp; its release builds skip "
+                      "the assert and give these samples, a debug build of it aborts", stacklevel=3)
 
 
 def build_split(plan: SplitPlan, sources: dict[str, TokenSource], *, seq_length: int, seed: int,
@@ -130,4 +141,4 @@ def split_samples(built: BuiltSplit, positions, document_structure: bool = False
     return tokens, datasets.astype(np.int16), structure
 
 
-__all__ = ["BuiltSplit", "build_split", "split_samples"]
+__all__ = ["BuiltSplit", "build_split", "check_seq_length", "split_samples"]

@@ -16,6 +16,9 @@ whole micro-batch at once (numpy inside, torch tensors out):
     position_ids    (B, S)           int64     always
     cu_seqlens      (B, S + 1)       int32     inter_document_masking (padded with S)
     max_seqlen      (B,)             int32     inter_document_masking
+    dataset_id      (B,)             int16     rows with a dataset_id (a blend's part, as
+                                               BlendedDataset adds it; 0 in a split of the same
+                                               dataset that is not a blend, where Megatron has none)
 
 Two notions of "document", as in megatron-core:
 - ``reset_position_ids``, ``reset_attention_mask`` and ``eod_mask_loss`` look at EOD *tokens*:
@@ -120,7 +123,11 @@ class MegatronCollator:
 
     def __call__(self, rows) -> dict:
         input_ids, piece_lengths = _columns(rows, need_pieces=self.inter_document_masking)
-        return self.collate_arrays(input_ids, piece_lengths)
+        batch = self.collate_arrays(input_ids, piece_lengths)
+        dataset_ids = _dataset_ids(rows)
+        if dataset_ids is not None:  # BlendedDataset's items carry the part's index
+            batch["dataset_id"] = self.torch.from_numpy(dataset_ids)
+        return batch
 
     def collate_arrays(self, input_ids: np.ndarray, piece_lengths=None) -> dict:
         """The batch for a ``(B, sample_length)`` array of rows and their ``piece_lengths`` (a
@@ -264,6 +271,23 @@ def _columns(rows, need_pieces: bool) -> tuple[np.ndarray, list | None]:
     if need_pieces and all("piece_lengths" in row for row in rows):
         pieces = [np.asarray(row["piece_lengths"]) for row in rows]
     return ids, pieces
+
+
+def _dataset_ids(rows) -> np.ndarray | None:
+    """The rows' ``dataset_id`` (int16, as BlendedDataset's ``dataset_index``), or None without one."""
+    import pyarrow as pa
+
+    if isinstance(rows, Sequence) and rows and all(isinstance(row, pa.Table) for row in rows):
+        rows = pa.concat_tables(rows)
+    if isinstance(rows, pa.Table):
+        found = rows.column("dataset_id").to_numpy() if "dataset_id" in rows.column_names else None
+    elif isinstance(rows, Mapping):
+        found = rows.get("dataset_id")
+    elif all("dataset_id" in row for row in rows):
+        found = [np.asarray(row["dataset_id"]) for row in rows]
+    else:
+        found = None
+    return None if found is None else np.asarray(found, np.int16).reshape(-1)
 
 
 def _table_columns(table, need_pieces: bool) -> tuple[np.ndarray, list | None]:
