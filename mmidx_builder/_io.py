@@ -8,6 +8,7 @@ killed process is invisible to ``datasets`` (which skips hidden files) and to fo
 from __future__ import annotations
 
 import contextlib
+import mmap
 import os
 import uuid
 from typing import Callable, Iterator
@@ -73,8 +74,28 @@ def file_identity(path: str | os.PathLike) -> str:
     path = os.fspath(path)
     if is_remote(path):
         return path
-    stat = os.stat(path)
+    return stat_identity(path, os.stat(path))
+
+
+def stat_identity(path: str | os.PathLike, stat: os.stat_result) -> str:
+    """:func:`file_identity` from a stat already taken, e.g. ``os.fstat`` of a file that is
+    open: that names the bytes actually read, even if the path was renamed over since."""
     return f"{os.path.realpath(path)}:{stat.st_ino}:{stat.st_size}:{stat.st_mtime_ns}:{stat.st_ctime_ns}"
 
 
-__all__ = ["atomic_output", "file_identity", "is_remote", "remove_quietly", "temporary_path", "write_atomically"]
+def map_readonly(path: str | os.PathLike) -> tuple[mmap.mmap | None, os.stat_result]:
+    """A read-only memory map of a local file (None when it is empty: mmap cannot map
+    that) and the ``fstat`` of the file it maps.
+
+    The map keeps its own descriptor, so ``map.size()`` is an ``fstat`` of *this* file: it
+    tells a truncation of the mapped file (reading a lost page is SIGBUS) from a rename of
+    another file over the path (the mapped one lives on, unchanged).
+    """
+    with open(path, "rb") as f:
+        stat = os.fstat(f.fileno())
+        mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if stat.st_size else None
+    return mapped, stat
+
+
+__all__ = ["atomic_output", "file_identity", "is_remote", "map_readonly", "remove_quietly", "stat_identity",
+           "temporary_path", "write_atomically"]

@@ -36,17 +36,16 @@ from __future__ import annotations
 import collections
 import csv
 import json
-import mmap
 import os
 import posixpath
 from typing import IO, Callable, Sequence
 
 import numpy as np
 
-from ._io import file_identity
+from ._io import file_identity, map_readonly, stat_identity
 from .dtypes import raw_token_dtype
 from .errors import FormatError, ParameterError
-from .format import opened_size
+from .format import check_mapped, opened_size, replaced_error
 from .source import check_pieces, combined_identity
 
 N_BYTES_CHOICES = (1, 2, 3, 4)
@@ -167,7 +166,10 @@ class RawFiles:
                               f"{int(self.file_sizes[i])} bytes",
                               hint="sequence lengths are int32 as in Megatron; split the file or raise n_bytes")
         self.sequence_lengths = (self.file_tokens + 1).astype(np.int32)
-        self.identity = combined_identity(f"raw-n_bytes={self.n_bytes}", [file_identity(p) for p in self.paths])
+        # Local files: what each path was when listed, checked again when it is mapped.
+        self._identities = None if opener is not None or sizes is not None else [file_identity(p) for p in self.paths]
+        self.identity = combined_identity(f"raw-n_bytes={self.n_bytes}",
+                                          self._identities or [file_identity(p) for p in self.paths])
         self._sequence_ends = self.sequence_lengths.tolist()  # Python ints for the read loop
         self._maps: collections.OrderedDict[int, np.ndarray] = collections.OrderedDict()
         self._files: collections.OrderedDict[int, IO[bytes]] = collections.OrderedDict()
@@ -212,14 +214,17 @@ class RawFiles:
         entry = self._maps.get(i)
         if entry is not None:
             self._maps.move_to_end(i)
-            return entry
+            return entry[:3]
         size, n = int(self.file_sizes[i]), self.n_bytes
         data = np.empty(0, np.uint8)
+        mapped = None
         if size:  # mmap cannot map an empty file; an empty array reads the same
-            with open(self.paths[i], "rb") as f:
-                mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-            if len(mapped) < size:
-                raise FormatError(self.paths[i], "file size", f"{size} bytes", f"{len(mapped)} bytes",
+            mapped, stat = map_readonly(self.paths[i])
+            if self._identities is not None and stat_identity(self.paths[i], stat) != self._identities[i]:
+                # Another file renamed over the listed one: its sizes are not the listed ones.
+                raise replaced_error(self.paths[i], self._identities[i], stat_identity(self.paths[i], stat))
+            if stat.st_size < size:
+                raise FormatError(self.paths[i], "file size", f"{size} bytes", f"{stat.st_size} bytes",
                                   hint="the file shrank after it was listed")
             data = np.frombuffer(mapped, np.uint8, size)
         whole = size // n
@@ -229,16 +234,25 @@ class RawFiles:
             padded = np.zeros(n, np.uint8)
             padded[:size - whole * n] = data[whole * n:]
             partial = int.from_bytes(padded.tobytes(), "little")
-        entry = self._maps[i] = (data, tokens, partial)
+        entry = self._maps[i] = (data, tokens, partial, mapped)
         if len(self._maps) > _OPEN_MAPS:
             self._maps.popitem(last=False)
-        return entry
+        return entry[:3]
+
+    def _check_mapped(self, files) -> None:
+        """Each file about to be read still holds its bytes: a mapped file truncated while in
+        use kills the process with SIGBUS at the next read of a lost page (one ``fstat`` per
+        file per read, as for a ``.bin``: format.MemmapBinReader.check_size)."""
+        for i in dict.fromkeys(files):
+            self._view(i)
+            check_mapped(self._maps[i][3], int(self.file_sizes[i]), self.paths[i])
 
     def _read_bytes(self, i: int, start: int, stop: int):
         """Bytes ``[start, stop)`` of file ``i`` (``stop`` within the file)."""
         if start == stop:
             return b""
         if self._opener is None:
+            self._check_mapped([i])
             return self._map(i)[start:stop]
         f = self._files.get(i)
         if f is None:
@@ -271,6 +285,7 @@ class RawFiles:
         return out
 
     def _read_local(self, files, offsets, lengths, out) -> None:
+        self._check_mapped(files)
         # The hot loop of concat sampling: one slice copy per piece from cached views.
         position, eof, three, ends = 0, self.eof, self.n_bytes == 3, self._sequence_ends
         for f, offset, length in zip(files, offsets, lengths):

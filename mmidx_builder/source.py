@@ -96,12 +96,17 @@ class Concatenated:
                                  "convert them with one tokenizer or put them in separate splits")
         self.parts = list(parts)
         self.dtype = parts[0].dtype
-        self.sequence_lengths = (np.concatenate([p.sequence_lengths for p in parts]) if len(parts) > 1
-                                 else parts[0].sequence_lengths)
+        self._lengths = np.concatenate([p.sequence_lengths for p in parts]) if len(parts) > 1 else None
         # First global sequence id of each part, and the end.
         self.first_sequence = np.cumsum([0] + [len(p.sequence_lengths) for p in parts])
         self.identity = parts[0].identity if len(parts) == 1 else combined_identity(
             "concatenated", [p.identity for p in parts])
+
+    @property
+    def sequence_lengths(self) -> np.ndarray:
+        # One part: its own array, fetched anew on each use, as a mapped index must be
+        # (format.IndexedFile checks for truncation on every fetch).
+        return self.parts[0].sequence_lengths if self._lengths is None else self._lengths
 
     @property
     def files(self) -> list:
@@ -144,8 +149,11 @@ class SequenceRange:
             raise ParameterError(f"sequence range [{begin}, {end}) does not lie in [0, {total}]")
         self.source, self.begin, self.end = source, int(begin), int(end)
         self.dtype = source.dtype
-        self.sequence_lengths = source.sequence_lengths[begin:end]
         self.identity = f"{source.identity}[{begin}:{end}]"
+
+    @property
+    def sequence_lengths(self) -> np.ndarray:
+        return self.source.sequence_lengths[self.begin:self.end]  # fetched anew: see Concatenated
 
     def read_pieces(self, sequence_ids, offsets, lengths, out: np.ndarray | None = None) -> np.ndarray:
         sequence_ids, offsets, lengths, out = check_pieces(
