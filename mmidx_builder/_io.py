@@ -1,4 +1,5 @@
-"""Small file-system helpers every layer shares: atomic writes, remote paths, file identity.
+"""Small file-system helpers every layer shares: atomic writes, writer locks, remote paths,
+file identity.
 
 Atomic writes go to a *hidden* temporary name in the target's folder (``.NAME.tmp-PID-RAND``)
 and are renamed into place: a reader never sees half a file, and a temporary file left by a
@@ -8,10 +9,14 @@ killed process is invisible to ``datasets`` (which skips hidden files) and to fo
 from __future__ import annotations
 
 import contextlib
+import glob
 import mmap
 import os
+import re
 import uuid
 from typing import Callable, Iterator
+
+from .errors import ConcurrentWriteError
 
 TEMPORARY_MARK = ".tmp-"
 
@@ -25,6 +30,34 @@ def temporary_path(path: str | os.PathLike) -> str:
 def remove_quietly(path: str) -> None:
     with contextlib.suppress(FileNotFoundError):
         os.remove(path)
+
+
+_TEMPORARY_PID = re.compile(re.escape(TEMPORARY_MARK) + r"(\d+)-")
+
+
+def process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_temporaries(folder: str, patterns: tuple[str, ...] = ("*",)) -> list[str]:
+    """Removes the temporary files in ``folder`` whose names match ``patterns`` (globs of the
+    final names, e.g. ``"KEY-*.npy"``) and whose writing process is gone (killed before its
+    rename); returns their paths. Hidden names, and the visible ones older writers used."""
+    removed = []
+    for pattern in patterns:
+        for shown in (f".{pattern}{TEMPORARY_MARK}*", f"{pattern}{TEMPORARY_MARK}*"):
+            for path in glob.glob(os.path.join(glob.escape(folder or "."), shown)):
+                found = _TEMPORARY_PID.search(os.path.basename(path))
+                if found and not process_alive(int(found.group(1))):
+                    remove_quietly(path)
+                    removed.append(path)
+    return removed
 
 
 @contextlib.contextmanager
@@ -55,6 +88,70 @@ def write_atomically(path: str | os.PathLike, data: bytes | Callable) -> None:
             data(f)
         else:
             f.write(data)
+
+
+LOCK_SUFFIX = ".lock"
+
+
+class WriterLock:
+    """An exclusive lock on an output name (a pair's prefix), held while it is written.
+
+    Two writers of one prefix would each rename their files into place, and the folder could
+    end with one writer's ``.bin`` beside the other's ``.idx``: a pair that opens cleanly and
+    serves wrong tokens. So a writer first takes ``flock`` on a hidden sibling file
+    ``.NAME.lock``; a second writer, in this process or another, is refused at once with
+    :class:`ConcurrentWriteError` (never made to wait: a convert that waits hours for another
+    to finish would then overwrite its output). The kernel drops the lock when its holder
+    dies, so a killed writer leaves no stale lock, only the empty file, which the next holder
+    removes. Removal and acquisition race safely: the holder unlinks the file while still
+    holding the lock, and a newcomer that locked a file since unlinked (its inode is no longer
+    the path's) tries again.
+    """
+
+    def __init__(self, name: str | os.PathLike):
+        import fcntl  # POSIX only; imported here so that importing this module stays portable
+
+        folder, base = os.path.split(os.fspath(name))
+        self.path = os.path.join(folder, f".{base}{LOCK_SUFFIX}")
+        self.name = os.fspath(name)
+        if folder:
+            os.makedirs(folder, exist_ok=True)
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "another process"
+                os.close(fd)
+                raise ConcurrentWriteError(f"{self.name}: being written by {holder} (lock {self.path}); "
+                                           "wait for it to finish, or write to another name") from None
+            except BaseException:
+                os.close(fd)
+                raise
+            try:
+                if os.stat(self.path).st_ino == os.fstat(fd).st_ino:
+                    break
+            except FileNotFoundError:
+                pass
+            os.close(fd)  # locked a file its holder had just removed: take the new one
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"process {os.getpid()}".encode(), 0)
+        self._fd: int | None = fd
+
+    def release(self) -> None:
+        if self._fd is None:
+            return
+        fd, self._fd = self._fd, None
+        try:
+            remove_quietly(self.path)  # while still locked: see the class docstring
+        finally:
+            os.close(fd)
+
+    def __enter__(self) -> "WriterLock":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
 
 
 def is_remote(path: str | os.PathLike) -> bool:
@@ -97,5 +194,6 @@ def map_readonly(path: str | os.PathLike) -> tuple[mmap.mmap | None, os.stat_res
     return mapped, stat
 
 
-__all__ = ["atomic_output", "file_identity", "is_remote", "map_readonly", "remove_quietly", "stat_identity",
+__all__ = ["WriterLock", "atomic_output", "file_identity", "is_remote", "map_readonly", "remove_quietly", "remove_stale_temporaries",
+           "stat_identity",
            "temporary_path", "write_atomically"]

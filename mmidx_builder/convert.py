@@ -40,6 +40,7 @@ import numpy as np
 
 from .errors import ConvertError, MMIdxError
 from . import provenance
+from ._io import WriterLock
 from .format import IndexedFile, IndexedFileWriter, split_prefix
 from .sentences import SentenceSplitter
 from .tokenize import Tokenizer, load_tokenizer, output_dtype
@@ -659,12 +660,31 @@ def convert(inputs: Sequence[str] | str, output_prefix: str, tokenizer: str | To
 
     level = "sentence" if split_sentences else "document"
     outputs = {key: output_prefix_for(split_prefix(output_prefix), key, level) for key in keys}
-    if not overwrite:
-        for prefix in outputs.values():
-            for path in (prefix + ".bin", prefix + ".idx"):
-                if os.path.exists(path):
-                    raise ConvertError(f"{path} exists; pass --overwrite to replace it")
+    # Each output name is locked from the existence check to its sidecar: a second convert
+    # (or merge) to the same prefix is refused, never mixed with this one.
+    with contextlib.ExitStack() as locks:
+        held = {key: locks.enter_context(WriterLock(prefix)) for key, prefix in outputs.items()}
+        if not overwrite:
+            _refuse_existing(outputs.values())
+        summary = _convert_locked(planned, keys, tok, dtype, outputs, held, splitter, started, append_eod=append_eod,
+                                  workers=workers, num_shards=num_shards, shard_index=shard_index, streaming=streaming,
+                                  skip_bad_records=skip_bad_records, progress=progress,
+                                  keep_newlines=keep_newlines, max_document_chars=max_document_chars)
+    summary.seconds = time.perf_counter() - started
+    return summary
 
+
+def _refuse_existing(prefixes) -> None:
+    for prefix in prefixes:
+        for path in (prefix + ".bin", prefix + ".idx"):
+            if os.path.exists(path):
+                raise ConvertError(f"{path} exists; pass --overwrite to replace it")
+
+
+def _convert_locked(planned, keys, tok, dtype, outputs, held, splitter, started, *, append_eod, workers, num_shards,
+                    shard_index, streaming, skip_bad_records, progress, keep_newlines, max_document_chars
+                    ) -> ConvertSummary:
+    """:func:`convert` after its checks, with every output name locked (``held``)."""
     reader = _Reader(planned, keys, num_shards=num_shards, shard_index=shard_index,
                      skip_bad=skip_bad_records, streaming=streaming)
     summary = ConvertSummary(outputs=outputs, tokenizer=tok.name, dtype=dtype.name, workers=workers,
@@ -678,7 +698,7 @@ def convert(inputs: Sequence[str] | str, output_prefix: str, tokenizer: str | To
     writers = {}
     try:
         for key, prefix in outputs.items():
-            writers[key] = IndexedFileWriter(prefix, dtype=dtype)
+            writers[key] = IndexedFileWriter(prefix, dtype=dtype, lock=held[key])
         initargs = (tok, keys, append_eod, dtype, splitter, max_document_chars)
         with contextlib.ExitStack() as stack:
             if workers == 1:
@@ -704,7 +724,6 @@ def convert(inputs: Sequence[str] | str, output_prefix: str, tokenizer: str | To
     for prefix in outputs.values():  # after the pairs are complete: a sidecar never describes a partial pair
         provenance.write_sidecar(prefix, tokenizer=tok.name, vocab_size=tok.vocab_size, eod_id=tok.eod_id,
                                  append_eod=append_eod)
-    summary.seconds = time.perf_counter() - started
     return summary
 
 
@@ -791,14 +810,13 @@ def merge(prefixes: Sequence[str], output_prefix: str, *, overwrite: bool = Fals
     if len(dtypes) > 1:
         found = ", ".join(f"{s.bin_path}: {s.dtype.name}" for s in sources)
         raise ConvertError(f"pairs to merge must share a dtype (one tokenizer), found {found}")
-    if not overwrite:
-        for path in (output_prefix + ".bin", output_prefix + ".idx"):
-            if os.path.exists(path):
-                raise ConvertError(f"{path} exists; pass --overwrite to replace it")
-    with IndexedFileWriter(output_prefix, dtype=sources[0].dtype) as writer:
-        for source in sources:
-            writer.add_file(source.prefix)
-    provenance.merge_sidecars([source.prefix for source in sources], output_prefix)
+    with WriterLock(output_prefix) as lock:  # held from the existence check to the sidecar
+        if not overwrite:
+            _refuse_existing([output_prefix])
+        with IndexedFileWriter(output_prefix, dtype=sources[0].dtype, lock=lock) as writer:
+            for source in sources:
+                writer.add_file(source.prefix)
+        provenance.merge_sidecars([source.prefix for source in sources], output_prefix)
     return output_prefix
 
 

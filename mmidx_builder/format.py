@@ -29,7 +29,6 @@ from __future__ import annotations
 import array
 import glob
 import os
-import re
 import shutil
 import struct
 from dataclasses import dataclass
@@ -37,12 +36,16 @@ from typing import IO, Callable, Iterable, Sequence
 
 import numpy as np
 
-from ._io import TEMPORARY_MARK, file_identity, map_readonly, remove_quietly, stat_identity, temporary_path
+from . import _io
+from ._io import TEMPORARY_MARK, WriterLock, file_identity, map_readonly, remove_quietly, stat_identity, temporary_path
 from .dtypes import DTYPE_TABLES, FAIRSEQ_DTYPES, MEGATRON_DTYPES, Flavour, dtype_code, smallest_dtype  # noqa: F401
 from .errors import FormatError, MissingPartnerError, ParameterError
 from .source import Concatenated, check_pieces, combined_identity, first_bad
 
 MAGIC = b"MMIDIDX\x00\x00"
+# The provenance sidecar beside a pair (provenance.py): it describes one generation of the
+# pair, so a writer replacing the pair removes it first.
+SIDECAR_SUFFIX = ".mmidx-info"
 VERSION = 1
 
 # magic, version, dtype code, sequence count: the part both flavours share.
@@ -616,32 +619,11 @@ def _check_sequence_lengths(lengths: Sequence[int]) -> None:
                              f"(at most {np.iinfo(LENGTH_DTYPE).max}); split the document into sequences")
 
 
-_TEMPORARY_PID = re.compile(re.escape(TEMPORARY_MARK) + r"(\d+)-")
-
-
-def _process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def remove_stale_temporaries(prefix: str) -> list[str]:
     """Removes temporary files that a killed writer of ``prefix`` left (its process is gone);
     returns their paths. Current writers use hidden names; older ones wrote visible ones."""
     folder, name = os.path.split(prefix)
-    removed = []
-    for pattern in (f".{name}.bin{TEMPORARY_MARK}*", f".{name}.idx{TEMPORARY_MARK}*",
-                    f"{name}.bin{TEMPORARY_MARK}*", f"{name}.idx{TEMPORARY_MARK}*"):
-        for path in glob.glob(os.path.join(glob.escape(folder or "."), pattern)):
-            found = _TEMPORARY_PID.search(os.path.basename(path))
-            if found and not _process_alive(int(found.group(1))):
-                remove_quietly(path)
-                removed.append(path)
-    return removed
+    return _io.remove_stale_temporaries(folder, (glob.escape(name) + ".bin", glob.escape(name) + ".idx"))
 
 
 class IndexedFileWriter:
@@ -650,9 +632,12 @@ class IndexedFileWriter:
     documents and dtype.
 
     Both files are written under hidden temporary names and renamed only by :meth:`close`
-    (an old ``.idx`` removed first, the new ``.idx`` renamed last), so an interrupted write
-    never leaves a pair that looks valid, and a killed writer's leftovers are invisible to
-    loading and removed by the next writer of the same prefix::
+    (an old ``.idx`` and provenance sidecar removed first, the new ``.idx`` renamed last), so
+    an interrupted write never leaves a pair that looks valid, and a killed writer's
+    leftovers are invisible to loading and removed by the next writer of the same prefix.
+    The writer holds a :class:`~mmidx_builder._io.WriterLock` on the prefix from start to
+    close: a second writer of the same prefix is refused with ``ConcurrentWriteError``
+    (pass ``lock`` to write under a lock the caller already holds)::
 
         with IndexedFileWriter("out/corpus_text_document", vocab_size=50257) as w:
             w.add_document([1, 2, 3])
@@ -660,7 +645,7 @@ class IndexedFileWriter:
     """
 
     def __init__(self, prefix: str | os.PathLike, *, dtype=None, vocab_size: int | None = None,
-                 flavour: Flavour | str = Flavour.MEGATRON):
+                 flavour: Flavour | str = Flavour.MEGATRON, lock: WriterLock | None = None):
         self.prefix = split_prefix(prefix)
         self.flavour = Flavour(flavour)
         if dtype is None:
@@ -674,11 +659,16 @@ class IndexedFileWriter:
         parent = os.path.dirname(self.prefix)
         if parent:
             os.makedirs(parent, exist_ok=True)
-        remove_stale_temporaries(self.prefix)
-        self._bin_tmp = temporary_path(self.prefix + ".bin")
-        self._idx_tmp = temporary_path(self.prefix + ".idx")
-        self._bin = open(self._bin_tmp, "wb")
+        self._own_lock = None if lock is not None else WriterLock(self.prefix)
         self._closed = False
+        try:
+            remove_stale_temporaries(self.prefix)
+            self._bin_tmp = temporary_path(self.prefix + ".bin")
+            self._idx_tmp = temporary_path(self.prefix + ".idx")
+            self._bin = open(self._bin_tmp, "wb")
+        except BaseException:
+            self._release()
+            raise
 
     def add_sequence(self, tokens: Sequence[int] | np.ndarray) -> None:
         """Appends one sequence to the current document (Megatron's ``add_item``)."""
@@ -749,13 +739,17 @@ class IndexedFileWriter:
             # Replacing a pair is two renames, and a crash between them must not leave a new
             # .bin beside the old .idx (same byte count: garbage that loads). So the old .idx
             # goes first: at every step the folder holds the old pair, a lone file (a clear
-            # MissingPartnerError), or the new pair.
+            # MissingPartnerError), or the new pair. The old provenance sidecar goes before
+            # both: it describes the old tokens, and the new pair's sidecar (if any) is
+            # written by the caller after this.
+            remove_quietly(self.prefix + SIDECAR_SUFFIX)
             remove_quietly(self.prefix + ".idx")
             os.replace(self._bin_tmp, self.prefix + ".bin")
             os.replace(self._idx_tmp, self.prefix + ".idx")
         except BaseException:
             self.abort()
             raise
+        self._release()
 
     def abort(self) -> None:
         """Deletes the temporary files; nothing is left at the final names. Safe when
@@ -768,6 +762,11 @@ class IndexedFileWriter:
         finally:
             for path in (self._bin_tmp, self._idx_tmp):
                 remove_quietly(path)
+            self._release()
+
+    def _release(self) -> None:
+        if self._own_lock is not None:
+            self._own_lock.release()
 
     def _index_bytes(self) -> bytes:
         lengths = np.frombuffer(self._lengths, np.int64) if len(self._lengths) else np.zeros(0, np.int64)

@@ -19,7 +19,7 @@ from mmidx_builder.format import IndexedFile, write_documents
 # --- truncation of mapped files while streaming: a FormatError, not SIGBUS ---------------
 
 _STREAM_THEN_TRUNCATE = """
-import os, sys, numpy as np, mmidx_builder
+import os, sys, time, numpy as np, mmidx_builder
 from datasets import load_dataset
 from mmidx_builder.errors import FormatError
 kind, folder, victim = sys.argv[1:]
@@ -31,6 +31,9 @@ else:
     stream = load_dataset(folder, seq_length=64, cache_dir=folder + "-c", split="train", streaming=True, num_shards=8)
 rows = iter(stream)
 next(rows)
+# Let the read-ahead thread finish the table it is making: a truncation in the middle of a
+# read is the documented residual window (docs/reliability.md); this test is the one between.
+time.sleep(1)
 os.truncate(victim, 100)
 try:
     for _ in rows:
@@ -96,3 +99,198 @@ def test_opening_an_index_of_4m_sequences_costs_no_memory_per_sequence(tmp_path,
     # The file is 12-20 bytes a sequence (50-84 MiB); before, opening allocated 16-32 bytes a
     # sequence beyond it (64-128 MiB). Now only the validation's bounded chunks.
     assert peak < 12 * 2**20, f"opening allocated {peak / 2**20:.1f} MiB for {count} sequences"
+
+
+# --- two writers of one prefix: the second is refused, the pair is never mixed ---------
+
+# The two writers write the same number of bytes with different document boundaries, so a
+# mixed pair (one's .bin beside the other's .idx) opens cleanly and is told by its tokens.
+_WRITERS = {1: [500, 500], 2: [300, 700]}
+TRIES = 60
+
+
+def _race(barrier, folder, me, results, action):
+    """``TRIES`` times: start ``action`` on the try's prefix, meet the other process, finish it."""
+    from mmidx_builder.errors import ConcurrentWriteError
+
+    for i in range(TRIES):
+        try:
+            finish = action(os.path.join(folder, f"try{i}"), me)
+        except ConcurrentWriteError:
+            finish = None
+        barrier.wait()
+        outcome = "refused"
+        if finish is not None:
+            try:
+                finish()
+                outcome = "ok"
+            except ConcurrentWriteError:
+                pass
+        results.put((i, me, outcome))
+
+
+def _start_writer(prefix, me):
+    from mmidx_builder.format import IndexedFileWriter
+
+    writer = IndexedFileWriter(prefix, dtype=np.uint16)
+    for length in _WRITERS[me]:
+        writer.add_document(np.full(length, me))
+    return writer.close
+
+
+def _run_race(tmp_path, action) -> dict:
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    barrier, results = context.Barrier(2), context.Queue()
+    processes = [context.Process(target=_race, args=(barrier, str(tmp_path), me, results, action)) for me in (1, 2)]
+    for p in processes:
+        p.start()
+    outcomes = {}
+    for _ in range(2 * TRIES):
+        i, me, outcome = results.get(timeout=120)
+        outcomes.setdefault(i, {})[me] = outcome
+    for p in processes:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    return outcomes
+
+
+def _writer_of(prefix) -> int:
+    """Which writer's pair is at ``prefix``; fails on a mixed pair."""
+    indexed = IndexedFile.open(prefix)
+    values = set(np.unique(np.asarray(indexed.read_pieces(range(indexed.num_sequences), [0] * indexed.num_sequences,
+                                                          indexed.sequence_lengths))).tolist())
+    lengths = indexed.sequence_lengths.tolist()
+    owner = [me for me, expected in _WRITERS.items() if expected == lengths]
+    assert len(values) == 1 and owner == list(values), f"{prefix}: mixed pair, lengths {lengths}, tokens {values}"
+    return owner[0]
+
+
+def test_two_writers_of_one_prefix_never_leave_a_mixed_pair(tmp_path):
+    outcomes = _run_race(tmp_path, _start_writer)
+    for i, by_writer in outcomes.items():
+        winners = [me for me, outcome in by_writer.items() if outcome == "ok"]
+        assert len(winners) == 1, (i, by_writer)  # both were open at once: one refused
+        assert _writer_of(tmp_path / f"try{i}") == winners[0]
+    assert not [name for name in os.listdir(tmp_path) if name.endswith(".lock")]  # released
+
+
+def _start_convert(prefix, me, **options):
+    from mmidx_builder.convert import convert
+    from mmidx_builder.errors import ConvertError
+
+    source = f"{prefix}-in{me}.jsonl"
+    with open(source, "w") as f:
+        f.writelines('{"text": [%s]}\n' % ", ".join([str(me)] * length) for length in _WRITERS[me])
+
+    def finish():
+        try:
+            convert([source], prefix, "none", vocab_size=1000, **options)
+        except ConvertError as error:  # the other one finished first: "exists"
+            assert "exists" in str(error)
+            raise _Refused from None
+    return finish
+
+
+class _Refused(Exception):
+    pass
+
+
+def _start_convert_refusing(prefix, me):
+    finish = _start_convert(prefix, me)
+
+    def run():
+        from mmidx_builder.errors import ConcurrentWriteError
+        try:
+            finish()
+        except _Refused:
+            raise ConcurrentWriteError("exists") from None
+    return run
+
+
+def test_two_converts_to_one_prefix_one_succeeds_and_the_pair_is_whole(tmp_path):
+    outcomes = _run_race(tmp_path, _start_convert_refusing)
+    for i, by_writer in outcomes.items():
+        winners = [me for me, outcome in by_writer.items() if outcome == "ok"]
+        assert len(winners) == 1, (i, by_writer)
+        assert _writer_of(f"{tmp_path}/try{i}_text_document") == winners[0]
+
+
+def test_a_second_writer_is_refused_while_one_holds_the_prefix_and_a_killed_holder_leaves_no_stale_lock(tmp_path):
+    from mmidx_builder._io import WriterLock
+    from mmidx_builder.convert import merge
+    from mmidx_builder.errors import ConcurrentWriteError
+
+    source = write_documents(tmp_path / "a", [[1, 2, 3]], dtype=np.uint16)
+    with WriterLock(tmp_path / "out"):
+        with pytest.raises(ConcurrentWriteError, match=r"out: being written by process \d+"):
+            merge([source], str(tmp_path / "out"), overwrite=True)
+        with pytest.raises(ConcurrentWriteError):
+            write_documents(tmp_path / "out", [[4]], dtype=np.uint16)
+    assert not os.path.exists(tmp_path / "out.bin")
+    code = ("import os, signal; from mmidx_builder._io import WriterLock; "
+            f"lock = WriterLock({str(tmp_path / 'out')!r}); os.kill(os.getpid(), signal.SIGKILL)")
+    assert subprocess.run([sys.executable, "-c", code]).returncode == -9
+    assert os.path.exists(tmp_path / ".out.lock")  # the file stays, the lock died with its holder
+    merge([source], str(tmp_path / "out"))
+    assert not os.path.exists(tmp_path / ".out.lock")
+
+
+# --- the provenance sidecar belongs to one generation of its pair ------------------------
+
+def _jsonl(path, rows):
+    path.write_text("".join('{"text": %s}\n' % row for row in rows))
+    return str(path)
+
+
+def test_merge_overwrite_of_inputs_without_sidecars_drops_the_old_sidecar(tmp_path):
+    from mmidx_builder import provenance
+    from mmidx_builder.convert import convert, merge
+
+    out = convert([_jsonl(tmp_path / "a.jsonl", ['"some text"'] * 5)], str(tmp_path / "out"), "bytes",
+                  append_eod=True).outputs["text"]
+    assert provenance.read_sidecar(out)["eod_id"] == 256
+    plain = write_documents(tmp_path / "plain", [[50_000, 50_256, 7]] * 5, dtype=np.uint16)  # no sidecar
+    merge([plain], out, overwrite=True)
+    assert not os.path.exists(provenance.sidecar_path(out))
+    assert provenance.read_sidecar(out) is None
+
+
+def test_a_kill_between_the_pairs_rename_and_its_sidecar_leaves_no_old_sidecar(tmp_path):
+    from mmidx_builder import provenance
+    from mmidx_builder.convert import convert
+
+    source = _jsonl(tmp_path / "a.jsonl", ['"some text"'] * 5)
+    out = convert([source], str(tmp_path / "out"), "bytes", append_eod=True).outputs["text"]
+    ids = _jsonl(tmp_path / "ids.jsonl", ["[1, 50256]"] * 5)
+    code = textwrap.dedent(f"""
+        import os, signal
+        from mmidx_builder import provenance
+        from mmidx_builder.convert import convert
+        provenance.write_sidecar = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)
+        convert([{ids!r}], {str(tmp_path / "out")!r}, "none", vocab_size=50257, eod_id=50256, overwrite=True)
+        """)
+    assert subprocess.run([sys.executable, "-c", code]).returncode == -9
+    assert IndexedFile.open(out).sequence(0).tolist() == [1, 50256]  # the new pair is in place
+    assert provenance.read_sidecar(out) is None  # and the old sidecar (EOD 256) is gone
+
+
+def test_a_sidecar_of_a_replaced_pair_is_ignored_with_a_warning(tmp_path):
+    from datasets import load_dataset
+
+    from mmidx_builder import provenance
+    from mmidx_builder.convert import convert
+
+    data = tmp_path / "data"
+    out = convert([_jsonl(tmp_path / "a.jsonl", ['"some text here"'] * 20)], str(data / "train"), "bytes",
+                  append_eod=True).outputs["text"]
+    # Another tool replaces the pair (Megatron's preprocess_data, cp, a rename) and leaves the sidecar.
+    other = write_documents(tmp_path / "other", [list(range(50_000, 50_020))] * 20, dtype=np.uint16)
+    for ext in (".bin", ".idx"):
+        os.replace(other + ext, out + ext)
+    with pytest.warns(UserWarning, match="describes another generation of its pair"):
+        assert provenance.read_sidecar(out) is None
+    with pytest.warns(UserWarning, match="another generation"):
+        stream = load_dataset(str(data), seq_length=8, split="train", streaming=True, cache_dir=str(tmp_path / "c"))
+    assert provenance.dataset_record(stream)["eod_id"] is None
