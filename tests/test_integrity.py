@@ -294,3 +294,73 @@ def test_a_sidecar_of_a_replaced_pair_is_ignored_with_a_warning(tmp_path):
     with pytest.warns(UserWarning, match="another generation"):
         stream = load_dataset(str(data), seq_length=8, split="train", streaming=True, cache_dir=str(tmp_path / "c"))
     assert provenance.dataset_record(stream)["eod_id"] is None
+
+
+# --- the sampling index cache: bit flips are caught, killed writers' files removed ---------
+
+def _build(cache, **options):
+    from mmidx_builder import sampling
+
+    lengths = np.array([5, 9, 0, 30, 2, 17, 1] * 40, np.int32)
+    return sampling.load_or_build_indices(lengths, cache_dir=cache, identity="x", seq_length=8, seed=3, **options)
+
+
+def test_single_bit_flips_in_the_index_cache_are_caught_and_rebuilt(tmp_path):
+    import json
+    import warnings
+
+    cache = tmp_path / "indices"
+    fresh = _build(cache)
+    names = ("document_index", "sample_index", "shuffle_index")
+    rng = np.random.default_rng(25)
+    files = sorted(cache.iterdir())
+    assert len(files) == 4
+    for _ in range(80):
+        path = files[rng.integers(len(files))]
+        original = path.read_bytes()
+        data_starts = 0 if path.suffix == ".json" else original.index(b"\n") + 1  # after the .npy header
+        position = int(rng.integers(data_starts, len(original)))
+        damaged = bytearray(original)
+        damaged[position] ^= 1 << int(rng.integers(8))
+        path.write_bytes(bytes(damaged))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            again = _build(cache)
+        for name in names:
+            np.testing.assert_array_equal(getattr(again, name), getattr(fresh, name))
+        messages = [str(w.message) for w in caught]
+        harmless = path.suffix == ".json" and _same_json(bytes(damaged), original)
+        if not harmless:
+            assert any(str(path) in m and "rebuilding" in m for m in messages), (path.name, position, messages)
+        assert path.read_bytes() == original  # rewritten whole
+
+
+def _same_json(a: bytes, b: bytes) -> bool:
+    import json
+
+    try:
+        return json.loads(a) == json.loads(b)
+    except ValueError:
+        return False
+
+
+def test_a_killed_cache_writers_temporary_is_removed_by_a_later_run(tmp_path):
+    cache = tmp_path / "indices"
+    code = textwrap.dedent(f"""
+        import os, signal, numpy as np
+        from mmidx_builder import sampling
+        save = np.save
+        def dying_save(f, array, **kwargs):
+            f.write(b"half an array")
+            f.flush()
+            os.kill(os.getpid(), signal.SIGKILL)
+        np.save = dying_save
+        lengths = np.array([5, 9, 0, 30, 2, 17, 1] * 40, np.int32)
+        sampling.load_or_build_indices(lengths, cache_dir={str(cache)!r}, identity="x", seq_length=8, seed=3,
+                                       num_epochs=2)
+        """)
+    assert subprocess.run([sys.executable, "-c", code]).returncode == -9
+    (left,) = os.listdir(cache)
+    assert left.startswith(".") and ".npy.tmp-" in left
+    _build(cache)  # another run, other settings: its own key
+    assert not [name for name in os.listdir(cache) if ".tmp-" in name]
