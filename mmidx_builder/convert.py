@@ -34,6 +34,7 @@ import lzma
 import multiprocessing
 import os
 import time
+import zlib
 from typing import Iterable, Iterator, Sequence
 
 import numpy as np
@@ -60,6 +61,11 @@ BAD_EXAMPLES = 10
 # tokenizer.json to 23 GB of memory (the tokenizers library's own, ~100 bytes per character),
 # so longer ones are refused as bad records unless the caller raises the limit.
 MAX_DOCUMENT_CHARS = 10_000_000
+
+
+# What reading a damaged or unreadable input raises: gzip's zlib and xz's lzma errors derive
+# from none of the builtin ones.
+_DAMAGE = (OSError, EOFError, ValueError, zlib.error, lzma.LZMAError)
 
 
 @dataclasses.dataclass
@@ -261,11 +267,22 @@ class _Reader:
                 for batch in self._batches_of(item, start):
                     records += len(batch)
                     yield batch
-            except (OSError, EOFError, ValueError) as error:  # unreadable, corrupt archive, bad parquet
+            except _DAMAGE as error:  # unreadable, corrupt archive, bad parquet
                 if isinstance(error, MMIdxError):
                     raise
-                kept = (f"; the {records:,} records before the damage were converted, the rest of the file "
-                        "was skipped") if records else ""
+                if not records:
+                    kept = ""
+                elif self.skip_bad:
+                    kept = (f"; the {records:,} records before the damage were kept (bad ones among them "
+                            "are counted as bad records), the rest of the file was skipped")
+                    if item.compressed and not isinstance(error, EOFError):
+                        # Garbage inside a deflate/xz stream decodes to plausible text until the
+                        # decoder meets an impossible code; nothing marks where it began.
+                        kept += ("; the last records before it may hold damaged text the decompressor "
+                                 "could not detect")
+                else:
+                    kept = (f"; the {records:,} records before the damage were readable, but nothing was "
+                            "written (pass --skip-bad-records to keep them)")
                 self._bad_file(item.path, f"cannot read: {error}{kept}")
 
     def _batches_of(self, item: Input, start: int) -> Iterator[Batch]:
@@ -281,13 +298,20 @@ class _Reader:
 
     def _batches(self, source: str, kind: str, unit: str, records: Iterable[tuple[int, bytes]]) -> Iterator[Batch]:
         positions, payloads, size = [], [], 0
-        for position, payload in records:
-            positions.append(position)
-            payloads.append(payload)
-            size += len(payload)
-            if len(positions) >= BATCH_RECORDS or size >= BATCH_BYTES:
+        try:
+            for position, payload in records:
+                positions.append(position)
+                payloads.append(payload)
+                size += len(payload)
+                if len(positions) >= BATCH_RECORDS or size >= BATCH_BYTES:
+                    yield Batch(source, kind, unit, positions, payloads, size)
+                    positions, payloads, size = [], [], 0
+        except _DAMAGE:
+            # A damaged file (a compressed one cut short or with garbage inside): every
+            # record read before the damage goes on, then the error (see __iter__).
+            if positions:
                 yield Batch(source, kind, unit, positions, payloads, size)
-                positions, payloads, size = [], [], 0
+            raise
         if positions:
             yield Batch(source, kind, unit, positions, payloads, size)
 
@@ -712,9 +736,9 @@ def _convert_locked(planned, keys, tok, dtype, outputs, held, splitter, started,
                 _write(result, writers, summary, skip_bad_records)
                 meter.update(summary, started)
         summary.bad_records += len(reader.bad_files)
-        for where, problem in reader.bad_files:
-            if len(summary.bad_examples) < BAD_EXAMPLES:
-                summary.bad_examples.append((where, problem))
+        # Every damaged or unreadable file is listed, past the cap of record examples: its
+        # line says how much of it was kept.
+        summary.bad_examples.extend(reader.bad_files)
         for writer in writers.values():
             writer.close()
     except BaseException:

@@ -364,3 +364,56 @@ def test_a_killed_cache_writers_temporary_is_removed_by_a_later_run(tmp_path):
     assert left.startswith(".") and ".npy.tmp-" in left
     _build(cache)  # another run, other settings: its own key
     assert not [name for name in os.listdir(cache) if ".tmp-" in name]
+
+
+# --- convert: damaged compressed inputs keep every intact record, and say so truly ----------
+
+def _lines_before_the_damage(data: bytes) -> list[bytes]:
+    """Complete lines gzip hands over before it fails: read line by line with the standard
+    library, independently of convert's batching."""
+    import gzip
+    import io
+    import zlib
+
+    lines = []
+    with gzip.GzipFile(fileobj=io.BytesIO(data)) as f:
+        try:
+            lines.extend(line for line in f if line.endswith(b"\n"))
+        except (OSError, EOFError, zlib.error):
+            pass
+    return lines
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage"])
+def test_skip_bad_records_keeps_every_intact_record_before_the_damage(tmp_path, damage):
+    import gzip
+
+    from mmidx_builder.convert import convert
+    from mmidx_builder.errors import ConvertError
+
+    lines = b"".join(b'{"text": "record %d"}\n' % i for i in range(50_000))
+    data = gzip.compress(lines)
+    cut = len(data) * 3 // 4
+    data = data[:cut] if damage == "truncated" else data[:cut] + b"\xff" * 64 + data[cut + 64:]
+    (tmp_path / "in.jsonl.gz").write_bytes(data)
+    handed_over = _lines_before_the_damage(data)
+    original = lines.splitlines(keepends=True)
+    intact = next((i for i, line in enumerate(handed_over) if line != original[i]), len(handed_over))
+    assert 30_000 < intact <= len(handed_over) < 50_000
+    summary = convert([str(tmp_path / "in.jsonl.gz")], str(tmp_path / "out"), "bytes", skip_bad_records=True)
+    # Every line gzip handed over is written or counted bad (the file's own error is one more).
+    assert summary.documents + summary.bad_records - 1 == len(handed_over)
+    written = IndexedFile.open(summary.outputs["text"])
+    assert written.num_documents == summary.documents >= intact
+    assert bytes(written.document(intact - 1).tolist()) == b"record %d" % (intact - 1)
+    problem = summary.bad_examples[-1][1]
+    assert f"the {len(handed_over):,} records before the damage were kept" in problem
+    if damage == "garbage":  # decoded garbage can look like records: said, as nothing can tell them apart
+        assert "may hold damaged text" in problem
+
+    with pytest.raises(ConvertError) as raised:
+        convert([str(tmp_path / "in.jsonl.gz")], str(tmp_path / "strict"), "bytes")
+    # Stopped by the damage (or by a garbage record before it): nothing is written, none said to be.
+    assert "were converted" not in str(raised.value)
+    assert "nothing was written" in str(raised.value) or "pass --skip-bad-records" in str(raised.value)
+    assert not [name for name in os.listdir(tmp_path) if name.startswith("strict")]
