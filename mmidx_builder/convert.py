@@ -228,8 +228,9 @@ class _Reader:
     """Turns the inputs into Batches, in order, for one shard (or all)."""
 
     def __init__(self, inputs: list[Input], keys: list[str], *, num_shards: int, shard_index: int,
-                 skip_bad: bool, streaming: bool):
+                 skip_bad: bool, streaming: bool, max_line_bytes: int | None = None):
         self.inputs, self.keys = inputs, keys
+        self.max_line_bytes = max_line_bytes
         self.skip_bad, self.streaming = skip_bad, streaming
         self.bad_files: list[tuple[str, str]] = []
         self.num_shards, self.shard_index = num_shards, shard_index
@@ -323,7 +324,7 @@ class _Reader:
         with open(item.path, "rb", buffering=1 << 20) as f:
             if low == 0:
                 # From the file's start, lines can be numbered.
-                records = enumerate(iter(f.readline, b""), start=1)
+                records = enumerate(_bounded_lines(f, self.max_line_bytes), start=1)
                 unit = "line"
                 if high < item.size:
                     records = _lines_below(records, high)
@@ -331,7 +332,7 @@ class _Reader:
                 # Mid-file: the line holding byte low-1 belongs to the shard before.
                 f.seek(low - 1)
                 f.readline()
-                records = _lines_from(f, f.tell(), high)
+                records = _lines_from(_bounded_lines(f, self.max_line_bytes), f.tell(), high)
                 unit = "byte"
             yield from self._batches(item.path, item.kind, unit, records)
 
@@ -339,9 +340,14 @@ class _Reader:
         opened = _open_compressed(item.path) if item.compressed else open(item.path, "rb")
         with opened as f:
             if item.whole:
-                yield Batch(item.path, "text", "file", [0], [f.read()], item.size)
+                limit = self.max_line_bytes
+                data = f.read() if limit is None else f.read(limit + 1)
+                if limit is not None and len(data) > limit:
+                    data = _Overlong(len(data))  # at least that long; not read further
+                yield Batch(item.path, "text", "file", [0], [data], item.size)
                 return
-            for batch in self._batches(item.path, item.kind, "line", enumerate(iter(f.readline, b""), start=1)):
+            lines = enumerate(_bounded_lines(f, self.max_line_bytes), start=1)
+            for batch in self._batches(item.path, item.kind, "line", lines):
                 batch.input_bytes = 0  # the meter counts compressed bytes, once the file is read
                 yield batch
         yield Batch(item.path, item.kind, "line", [], [], item.size)
@@ -428,13 +434,48 @@ def _lines_below(records, high: int):
         position += len(line)
 
 
-def _lines_from(f, position: int, high: int):
-    while position < high:
-        line = f.readline()
-        if not line:
+def _lines_from(lines, position: int, high: int):
+    for line in lines:
+        if position >= high:
             return
         yield position, line
         position += len(line)
+
+
+class _Overlong:
+    """A line longer than the reader's bound, in place of its bytes (never held whole)."""
+
+    def __init__(self, size: int):
+        self.size = size
+
+    def __len__(self) -> int:  # bytes, for the shard positions and batch sizes
+        return self.size
+
+
+def _bounded_lines(f, limit: int | None):
+    """The lines of ``f`` (a binary file), as ``iter(f.readline, b"")``, except that a line
+    longer than ``limit`` bytes is skipped a bounded chunk at a time and stands as an
+    :class:`_Overlong`: one 1.6 GB line must not take gigabytes before being refused."""
+    if limit is None:
+        yield from iter(f.readline, b"")
+        return
+    while line := f.readline(limit + 1):
+        if len(line) <= limit or line.endswith(b"\n"):
+            yield line
+            continue
+        size = len(line)
+        while rest := f.readline(1 << 20):
+            size += len(rest)
+            if rest.endswith(b"\n"):
+                break
+        yield _Overlong(size)
+
+
+def max_line_bytes(max_document_chars: int, keys: Sequence[str]) -> int | None:
+    """The longest input line that can hold a record within ``max_document_chars`` (0: no
+    limit) per key: a character takes at most 12 bytes of JSON (an escaped surrogate pair,
+    ``\\ud83d\\ude00``), plus 1 MiB for keys and other fields."""
+    return max_document_chars * 12 * len(keys) + (1 << 20) if max_document_chars > 0 else None
 
 
 # --- workers ---------------------------------------------------------------------------
@@ -457,6 +498,9 @@ def _values(batch: Batch, keys: list[str], bad: list) -> tuple[list[int], dict]:
             good.append((k, record))
     elif batch.kind == "text":
         for k, payload in enumerate(batch.payloads):
+            if isinstance(payload, _Overlong):
+                bad.append((batch.where(k), _overlong_problem(payload)))
+                continue
             if batch.unit != "file":
                 payload = payload[:-1] if payload.endswith(b"\n") else payload
                 payload = payload[:-1] if payload.endswith(b"\r") else payload
@@ -466,6 +510,9 @@ def _values(batch: Batch, keys: list[str], bad: list) -> tuple[list[int], dict]:
                 bad.append((batch.where(k), f"not UTF-8 text ({error.reason} at byte {error.start})"))
     else:
         for k, payload in enumerate(batch.payloads):
+            if isinstance(payload, _Overlong):
+                bad.append((batch.where(k), _overlong_problem(payload)))
+                continue
             try:
                 record = json.loads(payload)
             except ValueError as error:  # JSONDecodeError and UnicodeDecodeError
@@ -486,6 +533,13 @@ def _values(batch: Batch, keys: list[str], bad: list) -> tuple[list[int], dict]:
         for key in keys:
             values[key].append(record[key])
     return kept, values
+
+
+def _overlong_problem(line: _Overlong) -> str:
+    limit = _STATE["max_document_chars"]
+    return (f"a line (or document file) of at least {line.size:,} bytes, longer than any record whose documents have at most "
+            f"--max-document-chars {limit:,} characters (skipped unread; raise the limit if the machine "
+            "has the memory, or split the document)")
 
 
 def _check_record(record: dict, keys: list[str]) -> str | None:
@@ -710,7 +764,8 @@ def _convert_locked(planned, keys, tok, dtype, outputs, held, splitter, started,
                     ) -> ConvertSummary:
     """:func:`convert` after its checks, with every output name locked (``held``)."""
     reader = _Reader(planned, keys, num_shards=num_shards, shard_index=shard_index,
-                     skip_bad=skip_bad_records, streaming=streaming)
+                     skip_bad=skip_bad_records, streaming=streaming,
+                     max_line_bytes=None if tok.pretokenized else max_line_bytes(max_document_chars, keys))
     summary = ConvertSummary(outputs=outputs, tokenizer=tok.name, dtype=dtype.name, workers=workers,
                              shard=(shard_index, num_shards) if num_shards > 1 else None,
                              tokens={key: 0 for key in keys}, special_tokens=tok.add_special_tokens,

@@ -417,3 +417,32 @@ def test_skip_bad_records_keeps_every_intact_record_before_the_damage(tmp_path, 
     assert "were converted" not in str(raised.value)
     assert "nothing was written" in str(raised.value) or "pass --skip-bad-records" in str(raised.value)
     assert not [name for name in os.listdir(tmp_path) if name.startswith("strict")]
+
+
+def test_a_very_long_line_is_refused_while_reading_in_bounded_memory(tmp_path):
+    from mmidx_builder.convert import convert
+    from mmidx_builder.errors import ConvertError
+
+    short, path = tmp_path / "short.jsonl", tmp_path / "in.jsonl"
+    short.write_text('{"text": "short one"}\n{"text": "short two"}\n')
+    with open(path, "w") as f:
+        f.write('{"text": "short one"}\n{"text": "')
+        for _ in range(40):
+            f.write("word " * 200_000)  # a 40 MB document on one line
+        f.write('"}\n{"text": "short two"}\n')
+    peaks = []
+    for source in (short, path):
+        tracemalloc.start()
+        try:
+            summary = convert([str(source)], str(tmp_path / source.stem), "bytes", max_document_chars=1000,
+                              skip_bad_records=True, progress=False)
+            peaks.append(tracemalloc.get_traced_memory()[1])
+        finally:
+            tracemalloc.stop()
+    assert summary.documents == 2 and summary.bad_records == 1
+    (where, problem), = summary.bad_examples
+    assert where.endswith("in.jsonl, line 2") and "--max-document-chars 1,000" in problem
+    # Before, the line was read whole (40 MB) and parsed (another 40 MB) before the check.
+    assert peaks[1] - peaks[0] < 4 * 2**20, [f"{peak / 2**20:.1f} MiB" for peak in peaks]
+    with pytest.raises(ConvertError, match=r"line 2: a line .* of at least [\d,]+ bytes"):
+        convert([str(path)], str(tmp_path / "strict"), "bytes", max_document_chars=1000)
