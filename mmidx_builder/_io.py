@@ -180,6 +180,16 @@ def stat_identity(path: str | os.PathLike, stat: os.stat_result) -> str:
     return f"{os.path.realpath(path)}:{stat.st_ino}:{stat.st_size}:{stat.st_mtime_ns}:{stat.st_ctime_ns}"
 
 
+def replaced_error(path: str, expected: str, found: str):
+    """The error for a file that is not the one first opened (identities as :func:`stat_identity`)."""
+    from .errors import FormatError
+
+    return FormatError(path, "file identity", f"the file opened first (inode, size, mtime, ctime "
+                       f"{expected.rsplit(':', 4)[1:]})", f"another file ({found.rsplit(':', 4)[1:]})",
+                       hint="the file was replaced or rewritten since the dataset was opened; "
+                            "open the dataset again to read the new data")
+
+
 def map_readonly(path: str | os.PathLike) -> tuple[mmap.mmap | None, os.stat_result]:
     """A read-only memory map of a local file (None when it is empty: mmap cannot map
     that) and the ``fstat`` of the file it maps.
@@ -194,6 +204,6 @@ def map_readonly(path: str | os.PathLike) -> tuple[mmap.mmap | None, os.stat_res
     return mapped, stat
 
 
-__all__ = ["WriterLock", "atomic_output", "file_identity", "is_remote", "map_readonly", "remove_quietly", "remove_stale_temporaries",
+__all__ = ["WriterLock", "atomic_output", "file_identity", "is_remote", "map_readonly", "remove_quietly", "remove_stale_temporaries", "replaced_error",
            "stat_identity",
            "temporary_path", "write_atomically"]

@@ -37,7 +37,8 @@ from typing import IO, Callable, Iterable, Sequence
 import numpy as np
 
 from . import _io
-from ._io import TEMPORARY_MARK, WriterLock, file_identity, map_readonly, remove_quietly, stat_identity, temporary_path
+from ._io import (TEMPORARY_MARK, WriterLock, file_identity, map_readonly, remove_quietly, replaced_error,
+                  stat_identity, temporary_path)
 from .dtypes import DTYPE_TABLES, FAIRSEQ_DTYPES, MEGATRON_DTYPES, Flavour, dtype_code, smallest_dtype  # noqa: F401
 from .errors import FormatError, MissingPartnerError, ParameterError
 from .source import Concatenated, check_pieces, combined_identity, first_bad
@@ -154,13 +155,6 @@ def check_mapped(mapped, size: int, path: str) -> None:
     if now < size:
         raise FormatError(path, "file size", f"{size} bytes, as when it was opened", f"{now} bytes",
                           hint="the file was truncated while in use; reopen the dataset")
-
-
-def replaced_error(path: str, expected: str, found: str) -> FormatError:
-    return FormatError(path, "file identity", f"the file opened first ({expected.rsplit(':', 4)[1:]} as "
-                       "inode, size, mtime, ctime)", f"another file ({found.rsplit(':', 4)[1:]})",
-                       hint="the file was replaced or rewritten since the dataset was opened; "
-                            "open the dataset again to read the new data")
 
 
 # Below this mean run length a fancy-index gather beats a Python loop of slice copies.

@@ -42,10 +42,10 @@ from typing import IO, Callable, Sequence
 
 import numpy as np
 
-from ._io import file_identity, map_readonly, stat_identity
+from ._io import file_identity, map_readonly, replaced_error, stat_identity
 from .dtypes import raw_token_dtype
 from .errors import FormatError, ParameterError
-from .format import check_mapped, opened_size, replaced_error
+from .format import check_mapped, opened_size
 from .source import check_pieces, combined_identity
 
 N_BYTES_CHOICES = (1, 2, 3, 4)
@@ -191,6 +191,11 @@ class RawFiles:
             f.close()
         self._files.clear()
         self._maps.clear()
+
+    @property
+    def identities(self) -> list[str]:
+        """What each local file was when listed (checked again when it is mapped)."""
+        return list(self._identities or ())
 
     @property
     def num_sequences(self) -> int:

@@ -17,6 +17,7 @@ from typing import Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
+from ._io import is_remote, replaced_error
 from .errors import ParameterError
 
 
@@ -162,4 +163,31 @@ class SequenceRange:
         return self.source.read_pieces(sequence_ids + self.begin, offsets, lengths, out)
 
 
-__all__ = ["Concatenated", "SequenceRange", "TokenSource", "check_pieces", "combined_identity", "first_bad"]
+def file_identities(source) -> list[str]:
+    """The identities (``_io.stat_identity``) of the local files a source opened: a source's
+    ``identities``, through concatenations and ranges."""
+    if isinstance(source, Concatenated):
+        return [identity for part in source.parts for identity in file_identities(part)]
+    if isinstance(source, SequenceRange):
+        return file_identities(source.source)
+    return list(getattr(source, "identities", None) or ())
+
+
+def check_opened(source, expected: str) -> None:
+    """FormatError unless every local file ``source`` opened is one that ``expected`` (a
+    ``|``-joined list of file identities, taken when the dataset was planned) names.
+
+    A process that opens the files again (a spawn DataLoader worker, a rerun) must read the
+    very files the dataset's row count and sample order were made from: a pair replaced
+    since would give another pair's tokens under the old row count."""
+    named = set(expected.split("|"))
+    for found in file_identities(source):
+        if is_remote(found) or found in named:
+            continue
+        path = found.rsplit(":", 4)[0]
+        before = next((e for e in named if e.rsplit(":", 4)[0] == path), f"{path}:?:?:?:?")
+        raise replaced_error(path, before, found)
+
+
+__all__ = ["Concatenated", "SequenceRange", "TokenSource", "check_opened", "check_pieces", "combined_identity",
+           "file_identities", "first_bad"]

@@ -446,3 +446,66 @@ def test_a_very_long_line_is_refused_while_reading_in_bounded_memory(tmp_path):
     assert peaks[1] - peaks[0] < 4 * 2**20, [f"{peak / 2**20:.1f} MiB" for peak in peaks]
     with pytest.raises(ConvertError, match=r"line 2: a line .* of at least [\d,]+ bytes"):
         convert([str(path)], str(tmp_path / "strict"), "bytes", max_document_chars=1000)
+
+
+# --- a pair replaced by rename while it is streamed ---------------------------------------
+
+def _rows(stream) -> list[list[int]]:
+    return [row["input_ids"] for row in stream]
+
+
+def test_a_pair_replaced_by_a_smaller_one_mid_stream_is_read_whole_not_called_truncated(tmp_path):
+    from datasets import load_dataset
+
+    rng = np.random.default_rng(5)
+    folder = tmp_path / "data"
+    # 12,000 rows in 6 shards of 2,000: more than one table each (1,000 rows), so reads follow the replacement.
+    prefix = write_documents(folder / "train", [rng.integers(0, 60_000, 64) for _ in range(3000)], dtype=np.uint16)
+    expected = _rows(load_dataset(str(folder), seq_length=16, split="train", streaming=True,
+                                  cache_dir=str(tmp_path / "c0")))
+    stream = load_dataset(str(folder), seq_length=16, split="train", streaming=True, num_shards=6,
+                          cache_dir=str(tmp_path / "c"))
+    rows = iter(stream)
+    seen = [next(rows)["input_ids"]]
+    smaller = write_documents(tmp_path / "smaller", [[1, 2, 3]] * 5, dtype=np.uint16)
+    for ext in (".bin", ".idx"):  # the README's way to replace a pair in use
+        os.replace(smaller + ext, prefix + ext)
+    seen += [row["input_ids"] for row in rows]
+    assert seen == expected  # the generation this stream opened, whole and consistent
+
+
+_REPLACED_BEFORE_WORKERS = """
+import os, sys, numpy as np, torch, mmidx_builder
+from datasets import load_dataset
+from mmidx_builder.format import write_documents
+
+def main(method, folder, other):
+    stream = load_dataset(folder, seq_length=16, split="train", streaming=True, num_shards=4,
+                          cache_dir=folder + "-c")
+    rows = len(list(stream))
+    for ext in (".bin", ".idx"):
+        os.replace(other + ext, os.path.join(folder, "train") + ext)
+    loader = torch.utils.data.DataLoader(stream, batch_size=None, num_workers=1, multiprocessing_context=method)
+    try:
+        values = {int(v) for row in loader for v in row["input_ids"]}
+        print("served", rows, len(list(loader)), sorted(values))
+    except Exception as error:
+        print("refused", type(error).__name__, error)
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
+"""
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_dataloader_workers_never_read_a_replaced_pair_under_the_old_row_count(tmp_path, method, torch):
+    folder = tmp_path / "data"
+    write_documents(folder / "train", [np.full(50, 1)] * 100, dtype=np.uint16)
+    other = write_documents(tmp_path / "other", [np.full(50, 2)] * 300, dtype=np.uint16)  # larger, other tokens
+    result = subprocess.run([sys.executable, "-c", _REPLACED_BEFORE_WORKERS, method, str(folder), other],
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    if method == "fork":  # the worker inherits the open files: the old pair, whole
+        assert result.stdout.split() == ["served", "312", "312", "[1]"]  # (5000 - 1) // 16 rows, all of pair 1
+    else:  # a new process opens by name and finds another pair: refused, never mixed
+        assert "refused" in result.stdout and "FormatError" in result.stdout and "replaced" in result.stdout

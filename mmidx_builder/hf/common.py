@@ -34,6 +34,7 @@ from ..card_checksums import verify_against_card
 from ..dtypes import cast_tokens, integer_dtype
 from ..errors import MissingPartnerError, ParameterError
 from ..format import check_partners, split_prefix
+from ..source import check_opened
 from . import registry
 from .readahead import ShardReadAhead
 from .registry import cache_root, record_checksums
@@ -358,6 +359,7 @@ def _opened(open_source, plan: GPTPlan, opener):
     _generate_tables once per shard, and re-validating the index each time would dominate.
     Keyed by the plan, which holds the files' identity: a changed file is a new entry."""
     source = open_source(plan, opener)
+    check_opened(source, plan.identity)  # the files the plan was made from, even in a new process
     indices = sampling.load_or_build_indices(source.sequence_lengths, cache_dir=plan.index_cache_dir,
                                              identity=plan.identity, **dict(plan.sampling))
     return source, indices

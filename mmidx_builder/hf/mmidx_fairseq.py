@@ -19,6 +19,7 @@ from .._io import file_identity, is_remote
 from ..fairseq import (Dictionary, LanguagePairs, check_upsample_primary, dictionary_path, find_language_pairs,
                        is_pair_file, pair_tables)
 from ..format import IndexedFile, split_prefix
+from ..source import check_opened
 from ..errors import ParameterError
 from .common import BaseBuilder, BaseConfig, identity_paths, ranged, split_files
 
@@ -78,6 +79,8 @@ def _opened(plan: PairsPlan, opener):
 
     pairs = LanguagePairs([(indexed(s.source_bin, s.source_idx), indexed(s.target_bin, s.target_idx))
                            for s in plan.shards], upsample_primary=plan.upsample_primary)
+    for side in (pairs.source, pairs.target):
+        check_opened(side, plan.identity)  # the files the plan was made from, even in a new process
     dictionaries = None
     if plan.dictionaries:
         dictionaries = tuple(Dictionary.load(p, opener=opener if is_remote(p) else None) for p in plan.dictionaries)

@@ -29,7 +29,7 @@ from ..megatron.args import settings_from_megatron_args
 from ..megatron.blend import DEFAULT_SURPLUS, SplitPlan, all_prefixes, megatron_plan
 from ..megatron.splits import build_split, split_samples
 from ..pair_downloads import download_pairs
-from ..source import Concatenated
+from ..source import Concatenated, check_opened
 from .common import (DEFAULT_NUM_SHARDS, INDEX_CACHE_FOLDER, ROWS_PER_TABLE, BaseBuilder, BaseConfig, check_integer,
                      fixed_size_lists, ranged, sample_features, shard_ranges, structure_columns)
 from .readahead import ShardReadAhead
@@ -133,6 +133,7 @@ def _built(split: MegatronSplit, opener):
         remote = is_remote(bin_path)
         sources[prefix] = Concatenated([IndexedFile.open(split_prefix(idx_path), idx_path=idx_path, bin_path=bin_path,
                                                          opener=ranged(opener) if remote else None)])
+        check_opened(sources[prefix], split.identity)  # the files the split was planned on
     return build_split(split.plan, sources, seq_length=split.seq_length, seed=split.seed,
                        add_extra_token=split.add_extra_token, cache_dir=split.index_cache_dir)
 

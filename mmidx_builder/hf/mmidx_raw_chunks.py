@@ -18,6 +18,7 @@ from .. import provenance
 from .._io import file_identity, is_remote
 from ..dtypes import cast_tokens, integer_dtype
 from ..rawfiles import RawFiles, diff_chunks, diff_samples, labels_for
+from ..source import check_opened
 from .common import BaseBuilder, BaseConfig, check_integer, fixed_size_lists, identity_paths, ranged, split_files
 from .mmidx_raw import check_raw_settings, raw_data_files
 
@@ -63,6 +64,7 @@ class ChunksPlan:
 def _opened(plan: ChunksPlan, opener):
     remote = any(is_remote(p) for p in plan.read_paths)
     raw = RawFiles(plan.read_paths, plan.n_bytes, opener=ranged(opener) if remote else None)
+    check_opened(raw, plan.identity)  # the files the plan was made from, even in a new process
     return raw, diff_chunks(raw, plan.seq_length)
 
 
