@@ -544,9 +544,11 @@ class IndexedFile:
         return self._num_tokens
 
     def document_lengths(self) -> np.ndarray:
-        """Tokens per document (a document is a run of sequences); int64."""
+        """Tokens per document (a document is a run of sequences): int64, or for fairseq (one
+        sequence a document) the int32 lengths themselves, a view: ``mmidx inspect`` of a
+        2**28-sequence index must not need gigabytes."""
         if self._documents is None:
-            return self.sequence_lengths.astype(np.int64)
+            return self.sequence_lengths
         documents = self.document_indices
         bounds = np.empty(len(documents), np.int64)
         inside = documents < self.num_sequences
