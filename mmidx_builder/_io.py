@@ -190,9 +190,12 @@ def replaced_error(path: str, expected: str, found: str):
                             "open the dataset again to read the new data")
 
 
-def map_readonly(path: str | os.PathLike) -> tuple[mmap.mmap | None, os.stat_result]:
-    """A read-only memory map of a local file (None when it is empty: mmap cannot map
-    that) and the ``fstat`` of the file it maps.
+def map_readonly(path: str | os.PathLike, expected_identity: str | None = None
+                 ) -> tuple[mmap.mmap | None, int, str]:
+    """``(map, size, identity)`` of a local file: a read-only memory map (None when the file
+    is empty: mmap cannot map that), its size and :func:`stat_identity`, from an ``fstat`` of
+    the file mapped. With ``expected_identity`` (an earlier opening's), another file at the
+    path since is refused with :func:`replaced_error`.
 
     The map keeps its own descriptor, so ``map.size()`` is an ``fstat`` of *this* file: it
     tells a truncation of the mapped file (reading a lost page is SIGBUS) from a rename of
@@ -200,8 +203,11 @@ def map_readonly(path: str | os.PathLike) -> tuple[mmap.mmap | None, os.stat_res
     """
     with open(path, "rb") as f:
         stat = os.fstat(f.fileno())
+        identity = stat_identity(path, stat)
+        if expected_identity is not None and identity != expected_identity:
+            raise replaced_error(os.fspath(path), expected_identity, identity)
         mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if stat.st_size else None
-    return mapped, stat
+    return mapped, stat.st_size, identity
 
 
 __all__ = ["WriterLock", "atomic_output", "file_identity", "is_remote", "map_readonly", "remove_quietly", "remove_stale_temporaries", "replaced_error",

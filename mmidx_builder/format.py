@@ -37,8 +37,7 @@ from typing import IO, Callable, Iterable, Sequence
 import numpy as np
 
 from . import _io
-from ._io import (TEMPORARY_MARK, WriterLock, file_identity, map_readonly, remove_quietly, replaced_error,
-                  stat_identity, temporary_path)
+from ._io import TEMPORARY_MARK, WriterLock, file_identity, map_readonly, remove_quietly, temporary_path
 from .dtypes import DTYPE_TABLES, FAIRSEQ_DTYPES, MEGATRON_DTYPES, Flavour, dtype_code, smallest_dtype  # noqa: F401
 from .errors import FormatError, MissingPartnerError, ParameterError
 from .source import Concatenated, check_pieces, combined_identity, first_bad
@@ -176,11 +175,7 @@ class MemmapBinReader(BinReader):
     def __init__(self, path: str, dtype: np.dtype, expected_identity: str | None = None):
         self.path = path
         self.dtype = dtype
-        self._map, stat = map_readonly(path)
-        self.identity = stat_identity(path, stat)
-        if expected_identity is not None and expected_identity != self.identity:
-            raise replaced_error(path, expected_identity, self.identity)
-        self.size = stat.st_size
+        self._map, self.size, self.identity = map_readonly(path, expected_identity)
         count = self.size // dtype.itemsize
         # A plain ndarray over the map (slicing the np.memmap subclass costs ~1 us per slice
         # in __array_finalize__, more than copying a 1,000-token piece); it keeps the map alive.
@@ -293,24 +288,12 @@ class FileBinReader(BinReader):
         super().gather(starts[group_first], group_lengths, out)
 
 
-class _LocalIdx:
-    """A local ``.idx`` mapped read-only: the bytes, the map (None when empty) and its fstat."""
-
-    def __init__(self, path: str, expected_identity: str | None = None):
-        self.map, stat = map_readonly(path)
-        self.identity = stat_identity(path, stat)
-        if expected_identity is not None and expected_identity != self.identity:
-            raise replaced_error(path, expected_identity, self.identity)
-        self.size = stat.st_size
-        self.data = self.map if self.map is not None else memoryview(b"")
-
-
 def _read_idx_bytes(path: str, opener, expected_identity: str | None = None):
     """(bytes, size, map or None, identity) of an ``.idx``: mapped when local, read whole
     through ``opener`` otherwise."""
     if opener is None:
-        local = _LocalIdx(path, expected_identity)
-        return local.data, local.size, local.map, local.identity
+        mapped, size, identity = map_readonly(path, expected_identity)
+        return (mapped if mapped is not None else memoryview(b"")), size, mapped, identity
     with opener(path, "rb") as f:
         data = f.read()
     return memoryview(data), len(data), None, path

@@ -42,7 +42,7 @@ from typing import IO, Callable, Sequence
 
 import numpy as np
 
-from ._io import file_identity, map_readonly, replaced_error, stat_identity
+from ._io import file_identity, map_readonly
 from .dtypes import raw_token_dtype
 from .errors import FormatError, ParameterError
 from .format import check_mapped, opened_size
@@ -224,12 +224,10 @@ class RawFiles:
         data = np.empty(0, np.uint8)
         mapped = None
         if size:  # mmap cannot map an empty file; an empty array reads the same
-            mapped, stat = map_readonly(self.paths[i])
-            if self._identities is not None and stat_identity(self.paths[i], stat) != self._identities[i]:
-                # Another file renamed over the listed one: its sizes are not the listed ones.
-                raise replaced_error(self.paths[i], self._identities[i], stat_identity(self.paths[i], stat))
-            if stat.st_size < size:
-                raise FormatError(self.paths[i], "file size", f"{size} bytes", f"{stat.st_size} bytes",
+            # Refused if another file was renamed over the listed one: its size is not the listed one.
+            mapped, now, _ = map_readonly(self.paths[i], self._identities[i] if self._identities else None)
+            if now < size:
+                raise FormatError(self.paths[i], "file size", f"{size} bytes", f"{now} bytes",
                                   hint="the file shrank after it was listed")
             data = np.frombuffer(mapped, np.uint8, size)
         whole = size // n

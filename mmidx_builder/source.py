@@ -17,7 +17,7 @@ from typing import Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from ._io import is_remote, replaced_error
+from ._io import replaced_error
 from .errors import ParameterError
 
 
@@ -173,20 +173,26 @@ def file_identities(source) -> list[str]:
     return list(getattr(source, "identities", None) or ())
 
 
+def _identity_path(identity: str) -> str | None:
+    """The path of a local file identity (``path:inode:size:mtime:ctime``), else None."""
+    parts = identity.rsplit(":", 4)
+    return parts[0] if len(parts) == 5 and all(p.isdigit() for p in parts[1:]) else None
+
+
 def check_opened(source, expected: str) -> None:
-    """FormatError unless every local file ``source`` opened is one that ``expected`` (a
-    ``|``-joined list of file identities, taken when the dataset was planned) names.
+    """FormatError unless every local file ``source`` opened, among those that ``expected``
+    (a ``|``-joined list of file identities, taken when the dataset was planned) names, is
+    the very file named there. (Files it does not name, such as Hub downloads in the cache,
+    are checked by their own means.)
 
     A process that opens the files again (a spawn DataLoader worker, a rerun) must read the
     very files the dataset's row count and sample order were made from: a pair replaced
     since would give another pair's tokens under the old row count."""
-    named = set(expected.split("|"))
+    named = {_identity_path(e): e for e in expected.split("|")}
     for found in file_identities(source):
-        if is_remote(found) or found in named:
-            continue
-        path = found.rsplit(":", 4)[0]
-        before = next((e for e in named if e.rsplit(":", 4)[0] == path), f"{path}:?:?:?:?")
-        raise replaced_error(path, before, found)
+        path = _identity_path(found)  # None: a remote file, its URL as its identity
+        if path is not None and named.get(path, found) != found:
+            raise replaced_error(path, named[path], found)
 
 
 __all__ = ["Concatenated", "SequenceRange", "TokenSource", "check_opened", "check_pieces", "combined_identity",
