@@ -42,7 +42,7 @@ from typing import IO, Callable, Sequence
 
 import numpy as np
 
-from ._io import file_identity, map_readonly
+from ._io import file_identity, map_readonly, stat_identity
 from .dtypes import raw_token_dtype
 from .errors import FormatError, ParameterError
 from .format import check_mapped, opened_size
@@ -151,8 +151,15 @@ class RawFiles:
         self.dtype = token_dtype(self.n_bytes)
         self.eof = eof_id(self.n_bytes)
         self._opener = opener
-        if sizes is None:
-            sizes = [self._size_of(p) for p in self.paths]
+        # Local files listed here: what each path was (one stat gives size and identity),
+        # checked again when it is mapped.
+        self._identities = None
+        if sizes is None and opener is None:
+            stats = [os.stat(p) for p in self.paths]
+            sizes = [st.st_size for st in stats]
+            self._identities = [stat_identity(p, st) for p, st in zip(self.paths, stats)]
+        elif sizes is None:
+            sizes = [opened_size(p, opener) for p in self.paths]
         elif len(sizes) != len(self.paths):
             raise ParameterError(f"{len(sizes)} sizes given for {len(self.paths)} files")
         self.file_sizes = np.asarray(sizes, np.int64).reshape(-1)
@@ -166,18 +173,11 @@ class RawFiles:
                               f"{int(self.file_sizes[i])} bytes",
                               hint="sequence lengths are int32 as in Megatron; split the file or raise n_bytes")
         self.sequence_lengths = (self.file_tokens + 1).astype(np.int32)
-        # Local files: what each path was when listed, checked again when it is mapped.
-        self._identities = None if opener is not None or sizes is not None else [file_identity(p) for p in self.paths]
         self.identity = combined_identity(f"raw-n_bytes={self.n_bytes}",
                                           self._identities or [file_identity(p) for p in self.paths])
         self._sequence_ends = self.sequence_lengths.tolist()  # Python ints for the read loop
         self._maps: collections.OrderedDict[int, np.ndarray] = collections.OrderedDict()
         self._files: collections.OrderedDict[int, IO[bytes]] = collections.OrderedDict()
-
-    def _size_of(self, path: str) -> int:
-        if self._opener is None:
-            return os.path.getsize(path)
-        return opened_size(path, self._opener)
 
     def __getstate__(self):
         state = dict(self.__dict__)
