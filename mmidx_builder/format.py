@@ -532,12 +532,15 @@ class IndexedFile:
         2**28-sequence index must not need gigabytes."""
         if self._documents is None:
             return self.sequence_lengths
-        documents = self.document_indices
-        bounds = np.empty(len(documents), np.int64)
-        inside = documents < self.num_sequences
-        bounds[inside] = self.sequence_pointers[documents[inside]] // self.dtype.itemsize
-        bounds[~inside] = self._num_tokens
-        return np.diff(bounds)
+        documents, pointers = self.document_indices, self.sequence_pointers
+        out = np.empty(len(documents) - 1, np.int64)
+        for begin in range(0, len(out), _VALIDATE_CHUNK):  # temporaries of a chunk, not of the index
+            chunk = documents[begin:begin + _VALIDATE_CHUNK + 1]
+            bounds = np.full(len(chunk), self._num_tokens * self.dtype.itemsize, np.int64)
+            inside = chunk < self.num_sequences
+            bounds[inside] = pointers[chunk[inside]]
+            np.floor_divide(np.diff(bounds), self.dtype.itemsize, out=out[begin:begin + len(chunk) - 1])
+        return out
 
     # --- tokens ----------------------------------------------------------------------
     def sequence(self, i: int) -> np.ndarray:

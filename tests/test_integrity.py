@@ -509,3 +509,26 @@ def test_dataloader_workers_never_read_a_replaced_pair_under_the_old_row_count(t
         assert result.stdout.split() == ["served", "312", "312", "[1]"]  # (5000 - 1) // 16 rows, all of pair 1
     else:  # a new process opens by name and finds another pair: refused, never mixed
         assert "refused" in result.stdout and "FormatError" in result.stdout and "replaced" in result.stdout
+
+
+def test_validation_and_document_lengths_in_small_chunks_equal_the_whole(tmp_path, monkeypatch):
+    from mmidx_builder import format as fmt
+    from mmidx_builder.errors import FormatError
+
+    monkeypatch.setattr(fmt, "_VALIDATE_CHUNK", 3)  # many chunks, and chunk edges everywhere
+    rng = np.random.default_rng(7)
+    documents = [[list(rng.integers(0, 9, rng.integers(0, 4))) for _ in range(rng.integers(0, 4))] for _ in range(40)]
+    with fmt.IndexedFileWriter(tmp_path / "p", dtype=np.uint16) as writer:
+        for document in documents:
+            for sequence in document:
+                writer.add_sequence(sequence)
+            writer.end_document()
+    indexed = IndexedFile.open(tmp_path / "p")
+    assert indexed.document_lengths().tolist() == [sum(map(len, d)) for d in documents]
+    assert indexed.num_tokens == sum(sum(map(len, d)) for d in documents)
+    n = indexed.num_sequences
+    data = bytearray((tmp_path / "p.idx").read_bytes())
+    struct.pack_into("<q", data, 34 + 4 * n + 8 * (n - 2), 10**6)  # a pointer in the last chunk
+    (tmp_path / "p.idx").write_bytes(bytes(data))
+    with pytest.raises(FormatError, match=rf"sequence_pointers\[{n - 2}\]"):
+        IndexedFile.open(tmp_path / "p")
