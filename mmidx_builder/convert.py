@@ -519,6 +519,10 @@ def _values(batch: Batch, keys: list[str], bad: list) -> tuple[list[int], dict]:
                 shown = payload[:60].decode("utf-8", "replace").rstrip("\n")
                 bad.append((batch.where(k), f"expected a JSON object, found {shown!r} ({error})"))
                 continue
+            except MemoryError:  # a line within the reader's bound that still does not fit
+                bad.append((batch.where(k), f"a line of {len(payload):,} bytes does not fit in memory to be "
+                                            "parsed; lower --max-document-chars or split the record"))
+                continue
             if not isinstance(record, dict):
                 bad.append((batch.where(k), f"expected a JSON object, found a {type(record).__name__}"))
                 continue

@@ -532,3 +532,24 @@ def test_validation_and_document_lengths_in_small_chunks_equal_the_whole(tmp_pat
     (tmp_path / "p.idx").write_bytes(bytes(data))
     with pytest.raises(FormatError, match=rf"sequence_pointers\[{n - 2}\]"):
         IndexedFile.open(tmp_path / "p")
+
+
+def test_a_record_that_does_not_fit_in_memory_is_a_bad_record_not_a_bare_memory_error(tmp_path, monkeypatch):
+    import json
+
+    from mmidx_builder.convert import convert
+    from mmidx_builder.errors import ConvertError
+
+    (tmp_path / "in.jsonl").write_text('{"text": "short"}\n{"text": "%s"}\n' % ("x" * 500))
+    loads = json.loads
+
+    def short_of_memory(text, *args, **kwargs):  # what a 4 GB limit does to json.loads of a long line
+        if len(text) > 100:
+            raise MemoryError
+        return loads(text, *args, **kwargs)
+
+    monkeypatch.setattr(json, "loads", short_of_memory)
+    summary = convert([str(tmp_path / "in.jsonl")], str(tmp_path / "out"), "bytes", skip_bad_records=True)
+    assert summary.documents == 1 and "does not fit in memory" in summary.bad_examples[0][1]
+    with pytest.raises(ConvertError, match="line 2: a line of 513 bytes does not fit in memory"):
+        convert([str(tmp_path / "in.jsonl")], str(tmp_path / "strict"), "bytes")
