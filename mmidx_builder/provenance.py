@@ -85,6 +85,8 @@ def index_fingerprint(idx_path: str, opener=open) -> dict:
             size += len(chunk)
     fingerprint = {"idx_bytes": size, "idx_xxh3_128": digest.hexdigest()}
     if key is not None:
+        if len(_FINGERPRINTS) >= 4096:  # a bounded memo: folders of many pairs are read once anyway
+            _FINGERPRINTS.clear()
         _FINGERPRINTS[key] = fingerprint
     return dict(fingerprint)
 
