@@ -110,22 +110,24 @@ TRIES = 60
 
 
 def _race(barrier, folder, me, results, action):
-    """``TRIES`` times: start ``action`` on the try's prefix, meet the other process, finish it."""
-    from mmidx_builder.errors import ConcurrentWriteError
+    """``TRIES`` times: start ``action`` on the try's prefix, meet the other process, finish it.
+    Outcomes: "ok", "busy" (ConcurrentWriteError) or "exists" (the other one had finished)."""
+    from mmidx_builder.errors import ConcurrentWriteError, ConvertError
+
+    def outcome_of(step):
+        try:
+            return "ok", step()
+        except ConcurrentWriteError:
+            return "busy", None
+        except ConvertError as error:
+            assert "exists; pass --overwrite" in str(error), error
+            return "exists", None
 
     for i in range(TRIES):
-        try:
-            finish = action(os.path.join(folder, f"try{i}"), me)
-        except ConcurrentWriteError:
-            finish = None
+        outcome, finish = outcome_of(lambda: action(os.path.join(folder, f"try{i}"), me))
         barrier.wait()
-        outcome = "refused"
         if finish is not None:
-            try:
-                finish()
-                outcome = "ok"
-            except ConcurrentWriteError:
-                pass
+            outcome, _ = outcome_of(finish)
         results.put((i, me, outcome))
 
 
@@ -176,41 +178,17 @@ def test_two_writers_of_one_prefix_never_leave_a_mixed_pair(tmp_path):
     assert not [name for name in os.listdir(tmp_path) if name.endswith(".lock")]  # released
 
 
-def _start_convert(prefix, me, **options):
+def _start_convert(prefix, me):
     from mmidx_builder.convert import convert
-    from mmidx_builder.errors import ConvertError
 
     source = f"{prefix}-in{me}.jsonl"
     with open(source, "w") as f:
         f.writelines('{"text": [%s]}\n' % ", ".join([str(me)] * length) for length in _WRITERS[me])
-
-    def finish():
-        try:
-            convert([source], prefix, "none", vocab_size=1000, **options)
-        except ConvertError as error:  # the other one finished first: "exists"
-            assert "exists" in str(error)
-            raise _Refused from None
-    return finish
-
-
-class _Refused(Exception):
-    pass
-
-
-def _start_convert_refusing(prefix, me):
-    finish = _start_convert(prefix, me)
-
-    def run():
-        from mmidx_builder.errors import ConcurrentWriteError
-        try:
-            finish()
-        except _Refused:
-            raise ConcurrentWriteError("exists") from None
-    return run
+    return lambda: convert([source], prefix, "none", vocab_size=1000)  # both convert after the barrier
 
 
 def test_two_converts_to_one_prefix_one_succeeds_and_the_pair_is_whole(tmp_path):
-    outcomes = _run_race(tmp_path, _start_convert_refusing)
+    outcomes = _run_race(tmp_path, _start_convert)
     for i, by_writer in outcomes.items():
         winners = [me for me, outcome in by_writer.items() if outcome == "ok"]
         assert len(winners) == 1, (i, by_writer)
