@@ -1,4 +1,5 @@
-"""Small file-system helpers every layer shares: atomic writes, remote paths, file identity.
+"""Small file-system helpers every layer shares: atomic writes, writer locks, remote paths,
+file identity.
 
 Atomic writes go to a *hidden* temporary name in the target's folder (``.NAME.tmp-PID-RAND``)
 and are renamed into place: a reader never sees half a file, and a temporary file left by a
@@ -8,9 +9,14 @@ killed process is invisible to ``datasets`` (which skips hidden files) and to fo
 from __future__ import annotations
 
 import contextlib
+import glob
+import mmap
 import os
+import re
 import uuid
 from typing import Callable, Iterator
+
+from .errors import ConcurrentWriteError
 
 TEMPORARY_MARK = ".tmp-"
 
@@ -24,6 +30,34 @@ def temporary_path(path: str | os.PathLike) -> str:
 def remove_quietly(path: str) -> None:
     with contextlib.suppress(FileNotFoundError):
         os.remove(path)
+
+
+_TEMPORARY_PID = re.compile(re.escape(TEMPORARY_MARK) + r"(\d+)-")
+
+
+def process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_temporaries(folder: str, patterns: tuple[str, ...] = ("*",)) -> list[str]:
+    """Removes the temporary files in ``folder`` whose names match ``patterns`` (globs of the
+    final names, e.g. ``"KEY-*.npy"``) and whose writing process is gone (killed before its
+    rename); returns their paths. Hidden names, and the visible ones older writers used."""
+    removed = []
+    for pattern in patterns:
+        for shown in (f".{pattern}{TEMPORARY_MARK}*", f"{pattern}{TEMPORARY_MARK}*"):
+            for path in glob.glob(os.path.join(glob.escape(folder or "."), shown)):
+                found = _TEMPORARY_PID.search(os.path.basename(path))
+                if found and not process_alive(int(found.group(1))):
+                    remove_quietly(path)
+                    removed.append(path)
+    return removed
 
 
 @contextlib.contextmanager
@@ -56,6 +90,70 @@ def write_atomically(path: str | os.PathLike, data: bytes | Callable) -> None:
             f.write(data)
 
 
+LOCK_SUFFIX = ".lock"
+
+
+class WriterLock:
+    """An exclusive lock on an output name (a pair's prefix), held while it is written.
+
+    Two writers of one prefix would each rename their files into place, and the folder could
+    end with one writer's ``.bin`` beside the other's ``.idx``: a pair that opens cleanly and
+    serves wrong tokens. So a writer first takes ``flock`` on a hidden sibling file
+    ``.NAME.lock``; a second writer, in this process or another, is refused at once with
+    :class:`ConcurrentWriteError` (never made to wait: a convert that waits hours for another
+    to finish would then overwrite its output). The kernel drops the lock when its holder
+    dies, so a killed writer leaves no stale lock, only the empty file, which the next holder
+    removes. Removal and acquisition race safely: the holder unlinks the file while still
+    holding the lock, and a newcomer that locked a file since unlinked (its inode is no longer
+    the path's) tries again.
+    """
+
+    def __init__(self, name: str | os.PathLike):
+        import fcntl  # POSIX only; imported here so that importing this module stays portable
+
+        folder, base = os.path.split(os.fspath(name))
+        self.path = os.path.join(folder, f".{base}{LOCK_SUFFIX}")
+        self.name = os.fspath(name)
+        if folder:
+            os.makedirs(folder, exist_ok=True)
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "another process"
+                os.close(fd)
+                raise ConcurrentWriteError(f"{self.name}: being written by {holder} (lock {self.path}); "
+                                           "wait for it to finish, or write to another name") from None
+            except BaseException:
+                os.close(fd)
+                raise
+            try:
+                if os.stat(self.path).st_ino == os.fstat(fd).st_ino:
+                    break
+            except FileNotFoundError:
+                pass
+            os.close(fd)  # locked a file its holder had just removed: take the new one
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"process {os.getpid()}".encode(), 0)
+        self._fd: int | None = fd
+
+    def release(self) -> None:
+        if self._fd is None:
+            return
+        fd, self._fd = self._fd, None
+        try:
+            remove_quietly(self.path)  # while still locked: see the class docstring
+        finally:
+            os.close(fd)
+
+    def __enter__(self) -> "WriterLock":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
 def is_remote(path: str | os.PathLike) -> bool:
     """A URL (``hf://``, ``https://``, ``s3://``...) or datasets' ``hf:`` shorthand, not a local path."""
     path = os.fspath(path)
@@ -73,8 +171,45 @@ def file_identity(path: str | os.PathLike) -> str:
     path = os.fspath(path)
     if is_remote(path):
         return path
-    stat = os.stat(path)
+    return stat_identity(path, os.stat(path))
+
+
+def stat_identity(path: str | os.PathLike, stat: os.stat_result) -> str:
+    """:func:`file_identity` from a stat already taken, e.g. ``os.fstat`` of a file that is
+    open: that names the bytes actually read, even if the path was renamed over since."""
     return f"{os.path.realpath(path)}:{stat.st_ino}:{stat.st_size}:{stat.st_mtime_ns}:{stat.st_ctime_ns}"
 
 
-__all__ = ["atomic_output", "file_identity", "is_remote", "remove_quietly", "temporary_path", "write_atomically"]
+def replaced_error(path: str, expected: str, found: str):
+    """The error for a file that is not the one first opened (identities as :func:`stat_identity`)."""
+    from .errors import FormatError
+
+    return FormatError(path, "file identity", f"the file opened first (inode, size, mtime, ctime "
+                       f"{expected.rsplit(':', 4)[1:]})", f"another file ({found.rsplit(':', 4)[1:]})",
+                       hint="the file was replaced or rewritten since the dataset was opened; "
+                            "open the dataset again to read the new data")
+
+
+def map_readonly(path: str | os.PathLike, expected_identity: str | None = None
+                 ) -> tuple[mmap.mmap | None, int, str]:
+    """``(map, size, identity)`` of a local file: a read-only memory map (None when the file
+    is empty: mmap cannot map that), its size and :func:`stat_identity`, from an ``fstat`` of
+    the file mapped. With ``expected_identity`` (an earlier opening's), another file at the
+    path since is refused with :func:`replaced_error`.
+
+    The map keeps its own descriptor, so ``map.size()`` is an ``fstat`` of *this* file: it
+    tells a truncation of the mapped file (reading a lost page is SIGBUS) from a rename of
+    another file over the path (the mapped one lives on, unchanged).
+    """
+    with open(path, "rb") as f:
+        stat = os.fstat(f.fileno())
+        identity = stat_identity(path, stat)
+        if expected_identity is not None and identity != expected_identity:
+            raise replaced_error(os.fspath(path), expected_identity, identity)
+        mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if stat.st_size else None
+    return mapped, stat.st_size, identity
+
+
+__all__ = ["WriterLock", "atomic_output", "file_identity", "is_remote", "map_readonly", "remove_quietly", "remove_stale_temporaries", "replaced_error",
+           "stat_identity",
+           "temporary_path", "write_atomically"]

@@ -34,12 +34,14 @@ import lzma
 import multiprocessing
 import os
 import time
+import zlib
 from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
 from .errors import ConvertError, MMIdxError
 from . import provenance
+from ._io import WriterLock
 from .format import IndexedFile, IndexedFileWriter, split_prefix
 from .sentences import SentenceSplitter
 from .tokenize import Tokenizer, load_tokenizer, output_dtype
@@ -59,6 +61,11 @@ BAD_EXAMPLES = 10
 # tokenizer.json to 23 GB of memory (the tokenizers library's own, ~100 bytes per character),
 # so longer ones are refused as bad records unless the caller raises the limit.
 MAX_DOCUMENT_CHARS = 10_000_000
+
+
+# What reading a damaged or unreadable input raises: gzip's zlib and xz's lzma errors derive
+# from none of the builtin ones.
+_DAMAGE = (OSError, EOFError, ValueError, zlib.error, lzma.LZMAError)
 
 
 @dataclasses.dataclass
@@ -221,8 +228,9 @@ class _Reader:
     """Turns the inputs into Batches, in order, for one shard (or all)."""
 
     def __init__(self, inputs: list[Input], keys: list[str], *, num_shards: int, shard_index: int,
-                 skip_bad: bool, streaming: bool):
+                 skip_bad: bool, streaming: bool, max_line_bytes: int | None = None):
         self.inputs, self.keys = inputs, keys
+        self.max_line_bytes = max_line_bytes
         self.skip_bad, self.streaming = skip_bad, streaming
         self.bad_files: list[tuple[str, str]] = []
         self.num_shards, self.shard_index = num_shards, shard_index
@@ -260,11 +268,22 @@ class _Reader:
                 for batch in self._batches_of(item, start):
                     records += len(batch)
                     yield batch
-            except (OSError, EOFError, ValueError) as error:  # unreadable, corrupt archive, bad parquet
+            except _DAMAGE as error:  # unreadable, corrupt archive, bad parquet
                 if isinstance(error, MMIdxError):
                     raise
-                kept = (f"; the {records:,} records before the damage were converted, the rest of the file "
-                        "was skipped") if records else ""
+                if not records:
+                    kept = ""
+                elif self.skip_bad:
+                    kept = (f"; the {records:,} records before the damage were kept (bad ones among them "
+                            "are counted as bad records), the rest of the file was skipped")
+                    if item.compressed and not isinstance(error, EOFError):
+                        # Garbage inside a deflate/xz stream decodes to plausible text until the
+                        # decoder meets an impossible code; nothing marks where it began.
+                        kept += ("; the last records before it may hold damaged text the decompressor "
+                                 "could not detect")
+                else:
+                    kept = (f"; the {records:,} records before the damage were readable, but nothing was "
+                            "written (pass --skip-bad-records to keep them)")
                 self._bad_file(item.path, f"cannot read: {error}{kept}")
 
     def _batches_of(self, item: Input, start: int) -> Iterator[Batch]:
@@ -282,13 +301,20 @@ class _Reader:
         if kind == "json":
             records = _universal_newlines(records, unit)
         positions, payloads, size = [], [], 0
-        for position, payload in records:
-            positions.append(position)
-            payloads.append(payload)
-            size += len(payload)
-            if len(positions) >= BATCH_RECORDS or size >= BATCH_BYTES:
+        try:
+            for position, payload in records:
+                positions.append(position)
+                payloads.append(payload)
+                size += len(payload)
+                if len(positions) >= BATCH_RECORDS or size >= BATCH_BYTES:
+                    yield Batch(source, kind, unit, positions, payloads, size)
+                    positions, payloads, size = [], [], 0
+        except _DAMAGE:
+            # A damaged file (a compressed one cut short or with garbage inside): every
+            # record read before the damage goes on, then the error (see __iter__).
+            if positions:
                 yield Batch(source, kind, unit, positions, payloads, size)
-                positions, payloads, size = [], [], 0
+            raise
         if positions:
             yield Batch(source, kind, unit, positions, payloads, size)
 
@@ -300,7 +326,7 @@ class _Reader:
         with open(item.path, "rb", buffering=1 << 20) as f:
             if low == 0:
                 # From the file's start, lines can be numbered.
-                records = enumerate(iter(f.readline, b""), start=1)
+                records = enumerate(_bounded_lines(f, self.max_line_bytes), start=1)
                 unit = "line"
                 if high < item.size:
                     records = _lines_below(records, high)
@@ -308,7 +334,7 @@ class _Reader:
                 # Mid-file: the line holding byte low-1 belongs to the shard before.
                 f.seek(low - 1)
                 f.readline()
-                records = _lines_from(f, f.tell(), high)
+                records = _lines_from(_bounded_lines(f, self.max_line_bytes), f.tell(), high)
                 unit = "byte"
             yield from self._batches(item.path, item.kind, unit, records)
 
@@ -316,9 +342,14 @@ class _Reader:
         opened = _open_compressed(item.path) if item.compressed else open(item.path, "rb")
         with opened as f:
             if item.whole:
-                yield Batch(item.path, "text", "file", [0], [f.read()], item.size)
+                limit = self.max_line_bytes
+                data = f.read() if limit is None else f.read(limit + 1)
+                if limit is not None and len(data) > limit:
+                    data = _Overlong(len(data))  # at least that long; not read further
+                yield Batch(item.path, "text", "file", [0], [data], item.size)
                 return
-            for batch in self._batches(item.path, item.kind, "line", enumerate(iter(f.readline, b""), start=1)):
+            lines = enumerate(_bounded_lines(f, self.max_line_bytes), start=1)
+            for batch in self._batches(item.path, item.kind, "line", lines):
                 batch.input_bytes = 0  # the meter counts compressed bytes, once the file is read
                 yield batch
         yield Batch(item.path, item.kind, "line", [], [], item.size)
@@ -403,7 +434,8 @@ def _universal_newlines(records, unit: str):
     cut them (shards own whole ``\n`` lines); positions count the split lines."""
     extra = 0  # lines a bare \r split off before this one (line numbers only)
     for position, line in records:
-        parts = line.splitlines(keepends=True) if b"\r" in line else ()
+        # An overlong line (_Overlong: not read whole) is passed on to be refused as it is.
+        parts = line.splitlines(keepends=True) if isinstance(line, bytes) and b"\r" in line else ()
         if len(parts) < 2:  # no \r, or only the \r of a \r\n
             yield position + extra, line
             continue
@@ -424,13 +456,48 @@ def _lines_below(records, high: int):
         position += len(line)
 
 
-def _lines_from(f, position: int, high: int):
-    while position < high:
-        line = f.readline()
-        if not line:
+def _lines_from(lines, position: int, high: int):
+    for line in lines:
+        if position >= high:
             return
         yield position, line
         position += len(line)
+
+
+class _Overlong:
+    """A line longer than the reader's bound, in place of its bytes (never held whole)."""
+
+    def __init__(self, size: int):
+        self.size = size
+
+    def __len__(self) -> int:  # bytes, for the shard positions and batch sizes
+        return self.size
+
+
+def _bounded_lines(f, limit: int | None):
+    """The lines of ``f`` (a binary file), as ``iter(f.readline, b"")``, except that a line
+    longer than ``limit`` bytes is skipped a bounded chunk at a time and stands as an
+    :class:`_Overlong`: one 1.6 GB line must not take gigabytes before being refused."""
+    if limit is None:
+        yield from iter(f.readline, b"")
+        return
+    while line := f.readline(limit + 1):
+        if len(line) <= limit or line.endswith(b"\n"):
+            yield line
+            continue
+        size = len(line)
+        while rest := f.readline(1 << 20):
+            size += len(rest)
+            if rest.endswith(b"\n"):
+                break
+        yield _Overlong(size)
+
+
+def max_line_bytes(max_document_chars: int, keys: Sequence[str]) -> int | None:
+    """The longest input line that can hold a record within ``max_document_chars`` (0: no
+    limit) per key: a character takes at most 12 bytes of JSON (an escaped surrogate pair,
+    ``\\ud83d\\ude00``), plus 1 MiB for keys and other fields."""
+    return max_document_chars * 12 * len(keys) + (1 << 20) if max_document_chars > 0 else None
 
 
 # --- workers ---------------------------------------------------------------------------
@@ -453,6 +520,9 @@ def _values(batch: Batch, keys: list[str], bad: list) -> tuple[list[int], dict]:
             good.append((k, record))
     elif batch.kind == "text":
         for k, payload in enumerate(batch.payloads):
+            if isinstance(payload, _Overlong):
+                bad.append((batch.where(k), _overlong_problem(payload)))
+                continue
             if batch.unit != "file":
                 payload = payload[:-1] if payload.endswith(b"\n") else payload
                 payload = payload[:-1] if payload.endswith(b"\r") else payload
@@ -462,11 +532,18 @@ def _values(batch: Batch, keys: list[str], bad: list) -> tuple[list[int], dict]:
                 bad.append((batch.where(k), f"not UTF-8 text ({error.reason} at byte {error.start})"))
     else:
         for k, payload in enumerate(batch.payloads):
+            if isinstance(payload, _Overlong):
+                bad.append((batch.where(k), _overlong_problem(payload)))
+                continue
             try:
                 record = json.loads(payload)
             except ValueError as error:  # JSONDecodeError and UnicodeDecodeError
                 shown = payload[:60].decode("utf-8", "replace").rstrip("\n")
                 bad.append((batch.where(k), f"expected a JSON object, found {shown!r} ({error})"))
+                continue
+            except MemoryError:  # a line within the reader's bound that still does not fit
+                bad.append((batch.where(k), f"a line of {len(payload):,} bytes does not fit in memory to be "
+                                            "parsed; lower --max-document-chars or split the record"))
                 continue
             if not isinstance(record, dict):
                 bad.append((batch.where(k), f"expected a JSON object, found a {type(record).__name__}"))
@@ -482,6 +559,13 @@ def _values(batch: Batch, keys: list[str], bad: list) -> tuple[list[int], dict]:
         for key in keys:
             values[key].append(record[key])
     return kept, values
+
+
+def _overlong_problem(line: _Overlong) -> str:
+    limit = _STATE["max_document_chars"]
+    return (f"a line (or document file) of at least {line.size:,} bytes, longer than any record whose documents have at most "
+            f"--max-document-chars {limit:,} characters (skipped unread; raise the limit if the machine "
+            "has the memory, or split the document)")
 
 
 def _check_record(record: dict, keys: list[str]) -> str | None:
@@ -719,14 +803,34 @@ def convert(inputs: Sequence[str] | str, output_prefix: str, tokenizer: str | To
 
     level = "sentence" if split_sentences else "document"
     outputs = {key: output_prefix_for(split_prefix(output_prefix), key, level) for key in keys}
-    if not overwrite:
-        for prefix in outputs.values():
-            for path in (prefix + ".bin", prefix + ".idx"):
-                if os.path.exists(path):
-                    raise ConvertError(f"{path} exists; pass --overwrite to replace it")
+    # Each output name is locked from the existence check to its sidecar: a second convert
+    # (or merge) to the same prefix is refused, never mixed with this one.
+    with contextlib.ExitStack() as locks:
+        held = {key: locks.enter_context(WriterLock(prefix)) for key, prefix in outputs.items()}
+        if not overwrite:
+            _refuse_existing(outputs.values())
+        summary = _convert_locked(planned, keys, tok, dtype, outputs, held, splitter, started, append_eod=append_eod,
+                                  workers=workers, num_shards=num_shards, shard_index=shard_index, streaming=streaming,
+                                  skip_bad_records=skip_bad_records, progress=progress,
+                                  keep_newlines=keep_newlines, max_document_chars=max_document_chars)
+    summary.seconds = time.perf_counter() - started
+    return summary
 
+
+def _refuse_existing(prefixes) -> None:
+    for prefix in prefixes:
+        for path in (prefix + ".bin", prefix + ".idx"):
+            if os.path.exists(path):
+                raise ConvertError(f"{path} exists; pass --overwrite to replace it")
+
+
+def _convert_locked(planned, keys, tok, dtype, outputs, held, splitter, started, *, append_eod, workers, num_shards,
+                    shard_index, streaming, skip_bad_records, progress, keep_newlines, max_document_chars
+                    ) -> ConvertSummary:
+    """:func:`convert` after its checks, with every output name locked (``held``)."""
     reader = _Reader(planned, keys, num_shards=num_shards, shard_index=shard_index,
-                     skip_bad=skip_bad_records, streaming=streaming)
+                     skip_bad=skip_bad_records, streaming=streaming,
+                     max_line_bytes=None if tok.pretokenized else max_line_bytes(max_document_chars, keys))
     summary = ConvertSummary(outputs=outputs, tokenizer=tok.name, dtype=dtype.name, workers=workers,
                              shard=(shard_index, num_shards) if num_shards > 1 else None,
                              tokens={key: 0 for key in keys}, special_tokens=tok.add_special_tokens,
@@ -738,7 +842,7 @@ def convert(inputs: Sequence[str] | str, output_prefix: str, tokenizer: str | To
     writers = {}
     try:
         for key, prefix in outputs.items():
-            writers[key] = IndexedFileWriter(prefix, dtype=dtype)
+            writers[key] = IndexedFileWriter(prefix, dtype=dtype, lock=held[key])
         initargs = (tok, keys, append_eod, dtype, splitter, max_document_chars)
         with contextlib.ExitStack() as stack:
             if workers == 1:
@@ -752,9 +856,9 @@ def convert(inputs: Sequence[str] | str, output_prefix: str, tokenizer: str | To
                 _write(result, writers, summary, skip_bad_records)
                 meter.update(summary, started)
         summary.bad_records += len(reader.bad_files)
-        for where, problem in reader.bad_files:
-            if len(summary.bad_examples) < BAD_EXAMPLES:
-                summary.bad_examples.append((where, problem))
+        # Every damaged or unreadable file is listed, past the cap of record examples: its
+        # line says how much of it was kept.
+        summary.bad_examples.extend(reader.bad_files)
         for writer in writers.values():
             writer.close()
     except BaseException:
@@ -764,7 +868,6 @@ def convert(inputs: Sequence[str] | str, output_prefix: str, tokenizer: str | To
     for prefix in outputs.values():  # after the pairs are complete: a sidecar never describes a partial pair
         provenance.write_sidecar(prefix, tokenizer=tok.name, vocab_size=tok.vocab_size, eod_id=tok.eod_id,
                                  append_eod=append_eod)
-    summary.seconds = time.perf_counter() - started
     return summary
 
 
@@ -851,14 +954,13 @@ def merge(prefixes: Sequence[str], output_prefix: str, *, overwrite: bool = Fals
     if len(dtypes) > 1:
         found = ", ".join(f"{s.bin_path}: {s.dtype.name}" for s in sources)
         raise ConvertError(f"pairs to merge must share a dtype (one tokenizer), found {found}")
-    if not overwrite:
-        for path in (output_prefix + ".bin", output_prefix + ".idx"):
-            if os.path.exists(path):
-                raise ConvertError(f"{path} exists; pass --overwrite to replace it")
-    with IndexedFileWriter(output_prefix, dtype=sources[0].dtype) as writer:
-        for source in sources:
-            writer.add_file(source.prefix)
-    provenance.merge_sidecars([source.prefix for source in sources], output_prefix)
+    with WriterLock(output_prefix) as lock:  # held from the existence check to the sidecar
+        if not overwrite:
+            _refuse_existing([output_prefix])
+        with IndexedFileWriter(output_prefix, dtype=sources[0].dtype, lock=lock) as writer:
+            for source in sources:
+                writer.add_file(source.prefix)
+        provenance.merge_sidecars([source.prefix for source in sources], output_prefix)
     return output_prefix
 
 

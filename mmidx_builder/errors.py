@@ -7,6 +7,7 @@
     ├── RemoteReadError (OSError)   a remote byte range still failing after its retries
     ├── ParameterError (ValueError) a setting cannot work (seq_length < 1, too many samples...)
     ├── ConvertError                an input record or tokenizer that `mmidx convert` cannot use
+    ├── ConcurrentWriteError        another writer holds the output name (a pair's prefix)
     └── HubError                    an upload that cannot go ahead (not logged in, bad repo id...)
 
 Messages name the file, the field or byte offset, what was expected and what was found.
@@ -68,6 +69,10 @@ class ParameterError(MMIdxError, ValueError):
 
 class ConvertError(MMIdxError):
     """An input record, file or tokenizer that conversion cannot use."""
+
+
+class ConcurrentWriteError(MMIdxError):
+    """Another writer (process or thread) is writing the same output name; nothing was written."""
 
 
 class HubError(MMIdxError):

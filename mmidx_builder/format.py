@@ -29,20 +29,24 @@ from __future__ import annotations
 import array
 import glob
 import os
-import re
 import shutil
 import struct
+import threading
 from dataclasses import dataclass
 from typing import IO, Callable, Iterable, Sequence
 
 import numpy as np
 
-from ._io import TEMPORARY_MARK, file_identity, remove_quietly, temporary_path
+from . import _io
+from ._io import TEMPORARY_MARK, WriterLock, file_identity, map_readonly, remove_quietly, temporary_path
 from .dtypes import DTYPE_TABLES, FAIRSEQ_DTYPES, MEGATRON_DTYPES, Flavour, dtype_code, smallest_dtype, writer_dtype  # noqa: F401
 from .errors import FormatError, MissingPartnerError, ParameterError
 from .source import Concatenated, check_pieces, combined_identity, first_bad
 
 MAGIC = b"MMIDIDX\x00\x00"
+# The provenance sidecar beside a pair (provenance.py): it describes one generation of the
+# pair, so a writer replacing the pair removes it first.
+SIDECAR_SUFFIX = ".mmidx-info"
 VERSION = 1
 
 # magic, version, dtype code, sequence count: the part both flavours share.
@@ -143,6 +147,17 @@ class BinReader:
             position += length
 
 
+def check_mapped(mapped, size: int, path: str) -> None:
+    """FormatError unless the file ``mapped`` (an ``mmap``, None for an empty file) still
+    holds ``size`` bytes: ``mmap.size()`` is an ``fstat`` of the mapped file itself."""
+    if mapped is None:
+        return
+    now = mapped.size()
+    if now < size:
+        raise FormatError(path, "file size", f"{size} bytes, as when it was opened", f"{now} bytes",
+                          hint="the file was truncated while in use; reopen the dataset")
+
+
 # Below this mean run length a fancy-index gather beats a Python loop of slice copies.
 # Measured by benchmarks/bench_format.py (page cache warm): the loop costs ~0.2 us of Python
 # per piece plus a cache miss it waits for (short random pieces cost ~0.4 us each), the take
@@ -152,39 +167,42 @@ _LOOP_MIN_MEAN_RUN = 96
 
 
 class MemmapBinReader(BinReader):
-    """A zero-copy memory map of a local ``.bin``."""
+    """A zero-copy memory map of a local ``.bin``.
 
-    def __init__(self, path: str, dtype: np.dtype):
+    ``expected_identity`` (what :func:`~mmidx_builder._io.stat_identity` said of the file when
+    the pair was first opened) makes a reopening refuse a file that was replaced since: a
+    worker process that maps the new ``.bin`` under the old index would serve wrong tokens.
+    """
+
+    def __init__(self, path: str, dtype: np.dtype, expected_identity: str | None = None):
         self.path = path
         self.dtype = dtype
-        self.size = os.path.getsize(path)
+        self._map, self.size, self.identity = map_readonly(path, expected_identity)
         count = self.size // dtype.itemsize
-        # numpy cannot map an empty file; an empty array behaves the same for every read.
-        # Slices are taken from a plain ndarray view of the map: slicing the np.memmap
-        # subclass itself costs ~1 us per slice in __array_finalize__, more than copying
-        # a 1,000-token piece. The view keeps the map alive through its base.
-        self.tokens = (np.memmap(path, dtype=dtype, mode="r", shape=(count,)) if count
-                       else np.empty(0, dtype)).view(np.ndarray)
+        # A plain ndarray over the map (slicing the np.memmap subclass costs ~1 us per slice
+        # in __array_finalize__, more than copying a 1,000-token piece); it keeps the map alive.
+        self.tokens = np.frombuffer(self._map, dtype, count) if count else np.empty(0, dtype)
         # The same bytes as a memoryview: a memoryview slice assignment is a bare memcpy,
         # about twice as cheap per piece as numpy's slice assignment (which builds two
         # array objects and a casting plan for every piece).
         self._bytes = memoryview(self.tokens.view(np.uint8))
 
     def __getstate__(self):
-        # Pickling (datasets' worker processes) must not copy the whole .bin: map it again there.
-        return {"path": self.path, "dtype": self.dtype}
+        # Pickling (datasets' worker processes) must not copy the whole .bin: map it again
+        # there, and only if it is still the file this process opened.
+        return {"path": self.path, "dtype": self.dtype, "identity": self.identity}
 
     def __setstate__(self, state):
-        self.__init__(state["path"], state["dtype"])
+        self.__init__(state["path"], state["dtype"], state.get("identity"))
 
     def check_size(self) -> None:
         """A mapped file that shrank kills the process with SIGBUS on the next read of a lost
-        page, with no message; a stat before each read turns that into a FormatError. (A
-        shrink between this check and the copy still cannot be caught: see docs/testing.md, Reliability.)"""
-        size = os.stat(self.path).st_size
-        if size < self.size:
-            raise FormatError(self.path, "file size", f"{self.size} bytes, as when it was opened",
-                              f"{size} bytes", hint="the file was truncated while in use; reopen the dataset")
+        page, with no message; an ``fstat`` of the mapped file before each read turns that
+        into a FormatError. Of the mapped file, not the path: a pair replaced by rename leaves
+        the old file mapped and whole, and it is still read (this process opened that
+        generation; a reopening refuses the new one). A shrink between this check and the
+        copy still cannot be caught: see docs/reliability.md."""
+        check_mapped(self._map, self.size, self.path)
 
     def read(self, start: int, count: int) -> np.ndarray:
         self.check_size()
@@ -245,19 +263,27 @@ class FileBinReader(BinReader):
         self.dtype = dtype
         self._opener = opener
         self._file = None
+        # One file object, one position: remote sources are read ahead from several threads.
+        self._lock = threading.Lock()
         self.size = opened_size(path, opener)
 
     def __getstate__(self):
         state = dict(self.__dict__)
         state["_file"] = None  # reopened lazily in the worker process
+        del state["_lock"]
         return state
 
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
     def read(self, start: int, count: int) -> np.ndarray:
-        if self._file is None:
-            self._file = self._opener(self.path, "rb")
         itemsize = self.dtype.itemsize
-        self._file.seek(start * itemsize)
-        data = self._file.read(count * itemsize)
+        with self._lock:
+            if self._file is None:
+                self._file = self._opener(self.path, "rb")
+            self._file.seek(start * itemsize)
+            data = self._file.read(count * itemsize)
         if len(data) != count * itemsize:
             raise FormatError(self.path, "tokens", f"{count * itemsize} bytes at byte {start * itemsize}",
                               f"{len(data)} bytes", hint="the file changed or the read was cut short")
@@ -275,15 +301,15 @@ class FileBinReader(BinReader):
         super().gather(starts[group_first], group_lengths, out)
 
 
-def _read_idx_bytes(path: str, opener) -> tuple[memoryview | np.ndarray, int]:
+def _read_idx_bytes(path: str, opener, expected_identity: str | None = None):
+    """(bytes, size, map or None, identity) of an ``.idx``: mapped when local, read whole
+    through ``opener`` otherwise."""
     if opener is None:
-        size = os.path.getsize(path)
-        if size == 0:
-            return memoryview(b""), 0
-        return np.memmap(path, dtype=np.uint8, mode="r"), size
+        mapped, size, identity = map_readonly(path, expected_identity)
+        return (mapped if mapped is not None else memoryview(b"")), size, mapped, identity
     with opener(path, "rb") as f:
         data = f.read()
-    return memoryview(data), len(data)
+    return memoryview(data), len(data), None, path
 
 
 def _exists(path: str, opener) -> bool:
@@ -308,6 +334,10 @@ def check_partners(idx_path: str, bin_path: str, opener=None) -> None:
                                       hint="a .bin/.idx pair needs both files")
 
 
+# Sequences validated per step on open: bounds the temporaries (~24 bytes a sequence) to ~6 MiB.
+_VALIDATE_CHUNK = 1 << 18
+
+
 class IndexedFile:
     """One validated ``.bin``/``.idx`` pair.
 
@@ -317,10 +347,21 @@ class IndexedFile:
     Open with :meth:`open`; pass ``opener`` (an ``open``-like callable, e.g. the one
     ``datasets`` patches for streaming, or ``fsspec.open``) to read anything that is not
     a local path.
+
+    Memory and truncation. Opening costs no memory per sequence beyond the mapped file
+    (validation runs in bounded chunks; token starts are computed from the pointers when
+    read; fairseq's one-sequence documents are a range made only on request), so an index
+    of 2**28 sequences opens in a few MiB. The price of views is that a mapped ``.idx``
+    truncated while in use would kill the process with SIGBUS at the next read of a lost
+    page. So the arrays are reached only through properties that first ``fstat`` the mapped
+    file (``mmap.size()``, ~1 us) and raise :class:`FormatError` if it shrank: every read
+    path (sampling, ``read_pieces``, documents) fetches them anew. A truncation between that
+    check and the read that follows stays possible, the same window as for the ``.bin``.
     """
 
     def __init__(self, prefix: str, header: Header, idx: np.ndarray | memoryview,
-                 bin_reader: BinReader, idx_path: str, bin_path: str, idx_size: int):
+                 bin_reader: BinReader, idx_path: str, bin_path: str, idx_size: int,
+                 idx_map=None, idx_identity: str | None = None):
         self.prefix = prefix
         self.idx_path = idx_path
         self.bin_path = bin_path
@@ -328,24 +369,22 @@ class IndexedFile:
         self.idx_size = idx_size
         self.bin_size = bin_reader.size
         self._bin = bin_reader
+        self._idx_map = idx_map
         n = header.num_sequences
         offset = header.size
-        self.sequence_lengths = np.frombuffer(idx, LENGTH_DTYPE, n, offset)
+        self._lengths = np.frombuffer(idx, LENGTH_DTYPE, n, offset)
         offset += LENGTH_DTYPE.itemsize * n
-        self.sequence_pointers = np.frombuffer(idx, POINTER_DTYPE, n, offset)
+        self._pointers = np.frombuffer(idx, POINTER_DTYPE, n, offset)
         offset += POINTER_DTYPE.itemsize * n
+        self._documents = None  # fairseq: sequence i is document i
         if header.flavour is Flavour.MEGATRON:
-            self.document_indices = np.frombuffer(idx, DOCUMENT_INDEX_DTYPE, header.document_count, offset)
+            self._documents = np.frombuffer(idx, DOCUMENT_INDEX_DTYPE, header.document_count, offset)
             offset += DOCUMENT_INDEX_DTYPE.itemsize * header.document_count
-        else:
-            self.document_indices = np.arange(n + 1, dtype=np.int64)
-        self.sequence_modes = np.frombuffer(idx, MODE_DTYPE, n, offset) if header.multimodal else None
-        self._validate()
-        # Token position of each sequence start, plus the end: the pointers in token units.
-        self.sequence_starts = np.empty(n + 1, np.int64)
-        np.floor_divide(self.sequence_pointers, self.dtype.itemsize, out=self.sequence_starts[:n])
-        self.sequence_starts[n] = self.num_tokens
-        self.identity = combined_identity("mmidx", [file_identity(idx_path), file_identity(bin_path)])
+        self._modes = np.frombuffer(idx, MODE_DTYPE, n, offset) if header.multimodal else None
+        self._num_tokens = self._validate()
+        self.identities = (idx_identity or file_identity(idx_path), getattr(bin_reader, "identity", None)
+                           or file_identity(bin_path))
+        self.identity = combined_identity("mmidx", list(self.identities))
 
     @property
     def remote(self) -> bool:
@@ -354,14 +393,16 @@ class IndexedFile:
 
     @classmethod
     def open(cls, path: str | os.PathLike, *, opener: Callable[..., IO[bytes]] | None = None,
-             idx_path: str | None = None, bin_path: str | None = None) -> "IndexedFile":
+             idx_path: str | None = None, bin_path: str | None = None,
+             expected_identities: tuple[str, str] | None = None) -> "IndexedFile":
         """Opens and validates ``PREFIX`` (or ``PREFIX.bin`` / ``PREFIX.idx``).
 
         ``idx_path`` / ``bin_path`` override where the two files are read from, for
-        downloads that lost their names. Raises :class:`FormatError` for anything malformed.
-        A remote ``.bin`` (``hf://``, ``s3://``, ``https://``...) is read by
-        remote.RemoteBinReader, through ``opener`` when it is a remote.RemoteAccess (storage
-        options, block cache) and with default settings when no opener is given.
+        downloads that lost their names. ``expected_identities`` (another opening's
+        ``identities``) refuses local files replaced since. Raises :class:`FormatError`
+        for anything malformed. A remote ``.bin`` (``hf://``, ``s3://``, ``https://``...) is
+        read by remote.RemoteBinReader, through ``opener`` when it is a remote.RemoteAccess
+        (storage options, block cache) and with default settings when no opener is given.
         """
         prefix = split_prefix(path)
         idx_path, bin_path = idx_path or prefix + ".idx", bin_path or prefix + ".bin"
@@ -374,55 +415,124 @@ class IndexedFile:
             reader = RemoteBinReader(bin_path, header.dtype, access, bin_object)
             return cls(prefix, header, memoryview(idx), reader, idx_path, bin_path, len(idx))
         check_partners(idx_path, bin_path, opener)
-        idx, idx_size = _read_idx_bytes(idx_path, opener)
+        expected_idx, expected_bin = expected_identities or (None, None)
+        idx, idx_size, idx_map, idx_identity = _read_idx_bytes(idx_path, opener, expected_idx)
         header = parse_header(bytes(idx[:MEGATRON_HEADER_SIZE]), idx_size, idx_path)
-        reader = MemmapBinReader(bin_path, header.dtype) if opener is None else FileBinReader(bin_path, header.dtype, opener)
-        return cls(prefix, header, idx, reader, idx_path, bin_path, idx_size)
+        reader = (MemmapBinReader(bin_path, header.dtype, expected_bin) if opener is None
+                  else FileBinReader(bin_path, header.dtype, opener))
+        return cls(prefix, header, idx, reader, idx_path, bin_path, idx_size, idx_map, idx_identity)
 
-    def _validate(self) -> None:
+    def __reduce__(self):
+        # A copy in another process (spawn workers) maps the files again, and only the very
+        # files this one opened: never the old index's numbers over a new .bin.
+        # A remote reader's RemoteAccess (storage options, block cache) travels as its opener.
+        opener = getattr(self._bin, "_opener", None) or getattr(self._bin, "access", None)
+        return (_reopen, (self.prefix, self.idx_path, self.bin_path, opener,
+                          self.identities if opener is None else None))
+
+    def check_index(self) -> None:
+        """FormatError if the mapped ``.idx`` shrank since it was opened (see the class doc)."""
+        check_mapped(self._idx_map, self.idx_size, self.idx_path)
+
+    def _validate(self) -> int:
+        """Checks the whole index, a chunk of sequences at a time; returns the token count."""
         h, itemsize = self.header, self.dtype.itemsize
-        lengths, pointers, documents = self.sequence_lengths, self.sequence_pointers, self.document_indices
+        lengths, pointers, documents = self._lengths, self._pointers, self._documents
         lengths_at = h.size
         pointers_at = lengths_at + LENGTH_DTYPE.itemsize * h.num_sequences
         documents_at = pointers_at + POINTER_DTYPE.itemsize * h.num_sequences
 
-        if len(lengths) and lengths.min() < 0:
-            i = first_bad(lengths < 0)
-            raise FormatError(self.idx_path, f"sequence_lengths[{i}]", "a length >= 0", int(lengths[i]),
-                              offset=lengths_at + 4 * i)
-        # Pointers must be the running byte offsets of the lengths, starting at 0: that is
-        # what both writers produce, and it keeps every read inside the .bin.
-        expected = np.zeros(len(lengths), np.int64)
-        np.cumsum(lengths[:-1], dtype=np.int64, out=expected[1:])
-        expected *= itemsize
-        if len(pointers) and not np.array_equal(pointers, expected):
-            i = first_bad(pointers != expected)
-            hint = ("pointers are not increasing" if i and pointers[i] < pointers[i - 1]
-                    else "the pointer step does not match the previous sequence's length")
-            hint += f"; read as the {h.flavour.value} flavour, whose size the file has"
-            raise FormatError(self.idx_path, f"sequence_pointers[{i}]", int(expected[i]), int(pointers[i]),
-                              offset=pointers_at + 8 * i, hint=hint)
-        if self.bin_size != self.num_tokens * itemsize:
+        tokens = 0  # before the chunk
+        for begin in range(0, h.num_sequences, _VALIDATE_CHUNK):
+            chunk = lengths[begin:begin + _VALIDATE_CHUNK]
+            if chunk.min() < 0:
+                i = begin + first_bad(chunk < 0)
+                raise FormatError(self.idx_path, f"sequence_lengths[{i}]", "a length >= 0", int(lengths[i]),
+                                  offset=lengths_at + 4 * i)
+            # Pointers must be the running byte offsets of the lengths, starting at 0: that is
+            # what both writers produce, and it keeps every read inside the .bin.
+            expected = np.cumsum(chunk, dtype=np.int64)
+            expected -= chunk
+            expected += tokens
+            expected *= itemsize
+            found = pointers[begin:begin + len(chunk)]
+            if not np.array_equal(found, expected):
+                k = first_bad(found != expected)
+                i = begin + k
+                hint = ("pointers are not increasing" if i and pointers[i] < pointers[i - 1]
+                        else "the pointer step does not match the previous sequence's length")
+                hint += f"; read as the {h.flavour.value} flavour, whose size the file has"
+                raise FormatError(self.idx_path, f"sequence_pointers[{i}]", int(expected[k]), int(pointers[i]),
+                                  offset=pointers_at + 8 * i, hint=hint)
+            tokens += int(chunk.sum(dtype=np.int64))
+        if self.bin_size != tokens * itemsize:
             raise FormatError(self.bin_path, "file size",
-                              f"{self.num_tokens * itemsize} bytes ({self.num_tokens} tokens of {self.dtype.name} "
+                              f"{tokens * itemsize} bytes ({tokens} tokens of {self.dtype.name} "
                               f"as {self.idx_path} says)", f"{self.bin_size} bytes")
-        if h.flavour is Flavour.MEGATRON:
+        if documents is not None:
             if len(documents) == 0:
                 raise FormatError(self.idx_path, "document count", "at least 1 (documents + 1)", 0,
                                   offset=PREAMBLE.size)
             if documents[0] != 0:
                 raise FormatError(self.idx_path, "document_indices[0]", 0, int(documents[0]), offset=documents_at)
-            steps = np.diff(documents)
-            if len(steps) and steps.min() < 0:
-                i = first_bad(steps < 0) + 1
-                raise FormatError(self.idx_path, f"document_indices[{i}]",
-                                  f">= document_indices[{i - 1}] = {int(documents[i - 1])}",
-                                  int(documents[i]), offset=documents_at + 8 * i, hint="not increasing")
+            for begin in range(1, len(documents), _VALIDATE_CHUNK):
+                end = min(begin + _VALIDATE_CHUNK, len(documents))
+                falling = documents[begin:end] < documents[begin - 1:end - 1]
+                if falling.any():
+                    i = begin + first_bad(falling)
+                    raise FormatError(self.idx_path, f"document_indices[{i}]",
+                                      f">= document_indices[{i - 1}] = {int(documents[i - 1])}",
+                                      int(documents[i]), offset=documents_at + 8 * i, hint="not increasing")
             if documents[-1] != h.num_sequences:
                 i = len(documents) - 1
                 raise FormatError(self.idx_path, f"document_indices[{i}]",
                                   f"the sequence count {h.num_sequences}", int(documents[-1]),
                                   offset=documents_at + 8 * i, hint="document index out of range")
+        return tokens
+
+    # --- the index's arrays, each checked against truncation when fetched ---------------
+    @property
+    def sequence_lengths(self) -> np.ndarray:
+        """Tokens per sequence (int32, a view of the index)."""
+        self.check_index()
+        return self._lengths
+
+    @property
+    def sequence_pointers(self) -> np.ndarray:
+        """Byte offset of each sequence in the ``.bin`` (int64, a view of the index)."""
+        self.check_index()
+        return self._pointers
+
+    @property
+    def document_indices(self) -> np.ndarray:
+        """Sequence ids where documents start, then the sequence count. A view of a Megatron
+        index; for fairseq (one sequence per document) ``0..N``, made when asked."""
+        if self._documents is None:
+            return np.arange(self.num_sequences + 1, dtype=np.int64)
+        self.check_index()
+        return self._documents
+
+    @property
+    def sequence_modes(self) -> np.ndarray | None:
+        """Multimodal Megatron indexes only: the mode of each sequence."""
+        if self._modes is not None:
+            self.check_index()
+        return self._modes
+
+    @property
+    def sequence_starts(self) -> np.ndarray:
+        """Token position of each sequence start, then the token count (int64, a new array of
+        ``N + 1``: reads compute the starts they need from the pointers instead)."""
+        starts = np.empty(self.num_sequences + 1, np.int64)
+        np.floor_divide(self.sequence_pointers, self.dtype.itemsize, out=starts[:-1])
+        starts[-1] = self._num_tokens
+        return starts
+
+    def _start_of(self, sequence: int) -> int:
+        """Token position where sequence ``sequence`` starts (the token count for N)."""
+        if sequence >= self.num_sequences:
+            return self._num_tokens
+        return int(self.sequence_pointers[sequence]) // self.dtype.itemsize
 
     # --- sizes -----------------------------------------------------------------------
     @property
@@ -439,27 +549,42 @@ class IndexedFile:
 
     @property
     def num_documents(self) -> int:
-        return len(self.document_indices) - 1
+        return self.num_sequences if self._documents is None else len(self._documents) - 1
 
     @property
     def num_tokens(self) -> int:
-        return int(self.sequence_lengths.sum(dtype=np.int64))
+        return self._num_tokens
 
     def document_lengths(self) -> np.ndarray:
-        """Tokens per document (a document is a run of sequences)."""
-        return np.diff(self.sequence_starts[self.document_indices])
+        """Tokens per document (a document is a run of sequences): int64, or for fairseq (one
+        sequence a document) the int32 lengths themselves, a view: ``mmidx inspect`` of a
+        2**28-sequence index must not need gigabytes."""
+        if self._documents is None:
+            return self.sequence_lengths
+        documents, pointers = self.document_indices, self.sequence_pointers
+        out = np.empty(len(documents) - 1, np.int64)
+        for begin in range(0, len(out), _VALIDATE_CHUNK):  # temporaries of a chunk, not of the index
+            chunk = documents[begin:begin + _VALIDATE_CHUNK + 1]
+            bounds = np.full(len(chunk), self._num_tokens * self.dtype.itemsize, np.int64)
+            inside = chunk < self.num_sequences
+            bounds[inside] = pointers[chunk[inside]]
+            np.floor_divide(np.diff(bounds), self.dtype.itemsize, out=out[begin:begin + len(chunk) - 1])
+        return out
 
     # --- tokens ----------------------------------------------------------------------
     def sequence(self, i: int) -> np.ndarray:
         """The tokens of sequence ``i`` (a view when memory-mapped)."""
         i = _check_index(i, self.num_sequences, "sequence", self.idx_path)
-        return self._bin.read(int(self.sequence_starts[i]), int(self.sequence_lengths[i]))
+        return self._bin.read(self._start_of(i), int(self.sequence_lengths[i]))
 
     def document(self, i: int) -> np.ndarray:
         """The tokens of document ``i``: its sequences, which are contiguous in ``.bin``."""
         i = _check_index(i, self.num_documents, "document", self.idx_path)
-        begin = int(self.sequence_starts[self.document_indices[i]])
-        end = int(self.sequence_starts[self.document_indices[i + 1]])
+        first, last = i, i + 1  # fairseq: one sequence per document
+        if self._documents is not None:
+            documents = self.document_indices
+            first, last = int(documents[i]), int(documents[i + 1])
+        begin, end = self._start_of(first), self._start_of(last)
         return self._bin.read(begin, end - begin)
 
     def read_pieces(self, sequence_ids, offsets, lengths, out: np.ndarray | None = None) -> np.ndarray:
@@ -471,12 +596,20 @@ class IndexedFile:
         sequence_ids, offsets, lengths, out = check_pieces(
             self.sequence_lengths, sequence_ids, offsets, lengths, out, self.dtype,
             lambda k: f"sequence {k} of {self.idx_path}")
-        self._bin.gather(self.sequence_starts[sequence_ids] + offsets, lengths, out)
+        starts = self._pointers[sequence_ids]  # checked just above, by sequence_lengths
+        starts //= self.dtype.itemsize
+        starts += offsets
+        self._bin.gather(starts, lengths, out)
         return out
 
     def __repr__(self) -> str:
         return (f"IndexedFile({self.prefix!r}, flavour={self.flavour.value}, dtype={self.dtype.name}, "
                 f"sequences={self.num_sequences}, documents={self.num_documents}, tokens={self.num_tokens})")
+
+
+def _reopen(prefix, idx_path, bin_path, opener, identities) -> IndexedFile:
+    return IndexedFile.open(prefix, opener=opener, idx_path=idx_path, bin_path=bin_path,
+                            expected_identities=identities)
 
 
 def _check_index(i: int, count: int, what: str, path: str) -> int:
@@ -497,32 +630,11 @@ def _check_sequence_lengths(lengths: Sequence[int]) -> None:
                              f"(at most {np.iinfo(LENGTH_DTYPE).max}); split the document into sequences")
 
 
-_TEMPORARY_PID = re.compile(re.escape(TEMPORARY_MARK) + r"(\d+)-")
-
-
-def _process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def remove_stale_temporaries(prefix: str) -> list[str]:
     """Removes temporary files that a killed writer of ``prefix`` left (its process is gone);
     returns their paths. Current writers use hidden names; older ones wrote visible ones."""
     folder, name = os.path.split(prefix)
-    removed = []
-    for pattern in (f".{name}.bin{TEMPORARY_MARK}*", f".{name}.idx{TEMPORARY_MARK}*",
-                    f"{name}.bin{TEMPORARY_MARK}*", f"{name}.idx{TEMPORARY_MARK}*"):
-        for path in glob.glob(os.path.join(glob.escape(folder or "."), pattern)):
-            found = _TEMPORARY_PID.search(os.path.basename(path))
-            if found and not _process_alive(int(found.group(1))):
-                remove_quietly(path)
-                removed.append(path)
-    return removed
+    return _io.remove_stale_temporaries(folder, (glob.escape(name) + ".bin", glob.escape(name) + ".idx"))
 
 
 class IndexedFileWriter:
@@ -531,9 +643,12 @@ class IndexedFileWriter:
     documents and dtype.
 
     Both files are written under hidden temporary names and renamed only by :meth:`close`
-    (an old ``.idx`` removed first, the new ``.idx`` renamed last), so an interrupted write
-    never leaves a pair that looks valid, and a killed writer's leftovers are invisible to
-    loading and removed by the next writer of the same prefix::
+    (an old ``.idx`` and provenance sidecar removed first, the new ``.idx`` renamed last), so
+    an interrupted write never leaves a pair that looks valid, and a killed writer's
+    leftovers are invisible to loading and removed by the next writer of the same prefix.
+    The writer holds a :class:`~mmidx_builder._io.WriterLock` on the prefix from start to
+    close: a second writer of the same prefix is refused with ``ConcurrentWriteError``
+    (pass ``lock`` to write under a lock the caller already holds)::
 
         with IndexedFileWriter("out/corpus_text_document", vocab_size=50257) as w:
             w.add_document([1, 2, 3])
@@ -541,7 +656,7 @@ class IndexedFileWriter:
     """
 
     def __init__(self, prefix: str | os.PathLike, *, dtype=None, vocab_size: int | None = None,
-                 flavour: Flavour | str = Flavour.MEGATRON):
+                 flavour: Flavour | str = Flavour.MEGATRON, lock: WriterLock | None = None):
         self.prefix = split_prefix(prefix)
         self.flavour = Flavour(flavour)
         if dtype is None:
@@ -555,11 +670,16 @@ class IndexedFileWriter:
         parent = os.path.dirname(self.prefix)
         if parent:
             os.makedirs(parent, exist_ok=True)
-        remove_stale_temporaries(self.prefix)
-        self._bin_tmp = temporary_path(self.prefix + ".bin")
-        self._idx_tmp = temporary_path(self.prefix + ".idx")
-        self._bin = open(self._bin_tmp, "wb")
+        self._own_lock = None if lock is not None else WriterLock(self.prefix)
         self._closed = False
+        try:
+            remove_stale_temporaries(self.prefix)
+            self._bin_tmp = temporary_path(self.prefix + ".bin")
+            self._idx_tmp = temporary_path(self.prefix + ".idx")
+            self._bin = open(self._bin_tmp, "wb")
+        except BaseException:
+            self._release()
+            raise
 
     def add_sequence(self, tokens: Sequence[int] | np.ndarray) -> None:
         """Appends one sequence to the current document (Megatron's ``add_item``)."""
@@ -630,13 +750,17 @@ class IndexedFileWriter:
             # Replacing a pair is two renames, and a crash between them must not leave a new
             # .bin beside the old .idx (same byte count: garbage that loads). So the old .idx
             # goes first: at every step the folder holds the old pair, a lone file (a clear
-            # MissingPartnerError), or the new pair.
+            # MissingPartnerError), or the new pair. The old provenance sidecar goes before
+            # both: it describes the old tokens, and the new pair's sidecar (if any) is
+            # written by the caller after this.
+            remove_quietly(self.prefix + SIDECAR_SUFFIX)
             remove_quietly(self.prefix + ".idx")
             os.replace(self._bin_tmp, self.prefix + ".bin")
             os.replace(self._idx_tmp, self.prefix + ".idx")
         except BaseException:
             self.abort()
             raise
+        self._release()
 
     def abort(self) -> None:
         """Deletes the temporary files; nothing is left at the final names. Safe when
@@ -649,6 +773,11 @@ class IndexedFileWriter:
         finally:
             for path in (self._bin_tmp, self._idx_tmp):
                 remove_quietly(path)
+            self._release()
+
+    def _release(self) -> None:
+        if self._own_lock is not None:
+            self._own_lock.release()
 
     def _index_bytes(self) -> bytes:
         lengths = np.frombuffer(self._lengths, np.int64) if len(self._lengths) else np.zeros(0, np.int64)

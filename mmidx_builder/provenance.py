@@ -5,13 +5,20 @@ Two records, one per layer:
     PREFIX.mmidx-info   a JSON sidecar beside ``PREFIX.bin``/``PREFIX.idx``, written by
                         ``mmidx convert`` (and ``mmidx merge``) after the pair is complete:
                         ``{"mmidx_info": 1, "tokenizer": ..., "vocab_size": ..., "eod_id": ...,
-                        "append_eod": ...}``
+                        "append_eod": ..., "pair": {"idx_bytes": ..., "idx_xxh3_128": ...}}``
     info.description    the builder copies what it knows per split into ``DatasetInfo``: the
                         sidecars' tokenizer and EOD id (when every file of the split has one and
                         they agree) and the split's *order*: the files (names, sequence count,
                         token count, a hash of the lengths) and the settings that decide which
                         sample comes at which position (seq_length, seed, num_epochs,
                         num_samples, add_extra_token), plus the number of rows.
+
+A sidecar describes one generation of its pair. ``pair`` names the ``.idx`` it was written
+for (its size and xxh3-128 digest; the index fixes every sequence's length, so a rewrite with
+other tokens changes it): a sidecar whose ``.idx`` has changed since is ignored with a
+warning, whoever replaced the pair. Our writers also remove a pair's sidecar before renaming
+a new pair into place, so a writer killed before the new sidecar leaves none, never the old
+one. (Sidecars of older versions have no ``pair`` and are read as they were.)
 
 Why the sidecar is not ``PREFIX.mmidx.json``: ``datasets`` infers a folder's builder from
 the most common data-file extension, counting every suffix of every name, and breaks ties in
@@ -34,23 +41,26 @@ import hashlib
 import json
 import logging
 import os
+import warnings
 from pathlib import Path
 
 import numpy as np
+import xxhash
 
 from .errors import FormatError
-from .format import split_prefix
-from ._io import is_remote, write_atomically
+from .format import SIDECAR_SUFFIX, split_prefix
+from ._io import file_identity, is_remote, write_atomically
 
 logger = logging.getLogger(__name__)
 
-SIDECAR_SUFFIX = ".mmidx-info"
 SIDECAR_VERSION = 1
 INFO_KEY = "mmidx"
 INFO_VERSION = 1
 # Fields a sidecar holds, with the types each may take.
 _SIDECAR_FIELDS = {"tokenizer": (str, type(None)), "vocab_size": (int, type(None)),
                    "eod_id": (int, type(None)), "append_eod": (bool,)}
+# What names the pair's generation in ``pair``.
+_PAIR_FIELDS = {"idx_bytes": int, "idx_xxh3_128": str}
 # The lengths hash reads at most this many sequence lengths (evenly strided): enough to tell
 # files apart, cheap for a billion sequences.
 _HASHED_LENGTHS = 1 << 20
@@ -61,12 +71,37 @@ def sidecar_path(prefix: str | os.PathLike) -> str:
     return split_prefix(os.fspath(prefix)) + SIDECAR_SUFFIX
 
 
+def index_fingerprint(idx_path: str, opener=open) -> dict:
+    """``{"idx_bytes": size, "idx_xxh3_128": digest}`` of an ``.idx``: what a sidecar records
+    of the pair it describes. xxh3 reads at memory speed (the index is read whole on every
+    open anyway); a local file's answer is kept per file identity."""
+    key = None if is_remote(idx_path) else file_identity(idx_path)
+    if key is not None and key in _FINGERPRINTS:
+        return dict(_FINGERPRINTS[key])
+    digest, size = xxhash.xxh3_128(), 0
+    with opener(idx_path, "rb") as f:
+        while chunk := f.read(1 << 24):
+            digest.update(chunk)
+            size += len(chunk)
+    fingerprint = {"idx_bytes": size, "idx_xxh3_128": digest.hexdigest()}
+    if key is not None:
+        if len(_FINGERPRINTS) >= 4096:  # a bounded memo: folders of many pairs are read once anyway
+            _FINGERPRINTS.clear()
+        _FINGERPRINTS[key] = fingerprint
+    return dict(fingerprint)
+
+
+_FINGERPRINTS: dict[str, dict] = {}
+
+
 def write_sidecar(prefix: str | os.PathLike, *, tokenizer: str | None, vocab_size: int | None,
                   eod_id: int | None, append_eod: bool) -> str:
-    """Writes the pair's sidecar atomically (temporary name, then rename); returns its path."""
+    """Writes the pair's sidecar atomically (temporary name, then rename); returns its path.
+    It records the pair's ``.idx`` as it is now (write it after the pair is complete)."""
     record = {"mmidx_info": SIDECAR_VERSION, "tokenizer": tokenizer,
               "vocab_size": None if vocab_size is None else int(vocab_size),
-              "eod_id": None if eod_id is None else int(eod_id), "append_eod": bool(append_eod)}
+              "eod_id": None if eod_id is None else int(eod_id), "append_eod": bool(append_eod),
+              "pair": index_fingerprint(split_prefix(os.fspath(prefix)) + ".idx")}
     path = sidecar_path(prefix)
     write_atomically(path, json.dumps(record, indent=1, sort_keys=True).encode() + b"\n")
     return path
@@ -74,6 +109,11 @@ def write_sidecar(prefix: str | os.PathLike, *, tokenizer: str | None, vocab_siz
 
 def parse_sidecar(text: str | bytes, path: str) -> dict:
     """The sidecar's fields, or :class:`FormatError` naming the field that is wrong."""
+    return _parse_sidecar(text, path)[0]
+
+
+def _parse_sidecar(text: str | bytes, path: str) -> tuple[dict, dict | None]:
+    """(fields, the ``pair`` it describes or None for older sidecars)."""
     try:
         record = json.loads(text)
     except (ValueError, UnicodeDecodeError) as error:
@@ -87,17 +127,41 @@ def parse_sidecar(text: str | bytes, path: str) -> dict:
         value = record.get(name)
         if not isinstance(value, types) or (int in types and isinstance(value, bool)):
             raise FormatError(path, name, " or ".join(t.__name__ for t in types), repr(value))
-    return {name: record[name] for name in _SIDECAR_FIELDS}
+    pair = record.get("pair")
+    if pair is not None and not (isinstance(pair, dict) and all(
+            isinstance(pair.get(k), t) and not isinstance(pair.get(k), bool) for k, t in _PAIR_FIELDS.items())):
+        raise FormatError(path, "pair", "{" + ", ".join(f'"{k}": {t.__name__}' for k, t in _PAIR_FIELDS.items()) + "}",
+                          repr(pair)[:200])
+    return {name: record[name] for name in _SIDECAR_FIELDS}, pair
+
+
+def _of_this_pair(fields: dict, pair: dict | None, path: str, idx_path: str, opener=open) -> dict | None:
+    """``fields`` if the sidecar at ``path`` describes the ``.idx`` there now, else None with
+    a warning (a rewrite or replacement of the pair since the sidecar was written)."""
+    if pair is None:
+        return fields
+    try:
+        now = index_fingerprint(idx_path, opener)
+    except OSError as error:
+        now = {"error": str(error)}
+    if now == {k: pair[k] for k in _PAIR_FIELDS}:
+        return fields
+    warnings.warn(f"{path} describes another generation of its pair: {idx_path} is now {now}, the sidecar was "
+                  f"written for {pair}; ignoring the sidecar (its tokenizer and EOD id may not be this data's)",
+                  UserWarning, stacklevel=3)
+    return None
 
 
 def read_sidecar(prefix: str | os.PathLike) -> dict | None:
-    """A local pair's sidecar fields, or None when it has none."""
+    """A local pair's sidecar fields, or None when it has none or it describes another
+    generation of the pair (then with a warning)."""
     path = sidecar_path(prefix)
     try:
         with open(path, "rb") as f:
-            return parse_sidecar(f.read(), path)
+            fields, pair = _parse_sidecar(f.read(), path)
     except FileNotFoundError:
         return None
+    return _of_this_pair(fields, pair, path, split_prefix(os.fspath(prefix)) + ".idx")
 
 
 def merge_sidecars(prefixes, output_prefix: str | os.PathLike) -> str | None:
@@ -129,7 +193,15 @@ def _fetch_sidecar(bin_path: str, dl_manager, opener) -> dict | None:
     except Exception as error:  # noqa: BLE001  (fsspec/HTTP/Hub errors differ by backend; all mean "none")
         logger.debug("no sidecar at %s: %s", path, error)
         return None
-    return parse_sidecar(text, path)
+    fields, pair = _parse_sidecar(text, path)
+    if pair is None:
+        return fields
+    idx = split_prefix(bin_path) + ".idx"
+    try:
+        idx = dl_manager.download(idx) if dl_manager is not None else idx
+    except Exception as error:  # noqa: BLE001  (as above: the backends' errors differ)
+        logger.debug("cannot fetch %s to check the sidecar: %s", idx, error)
+    return _of_this_pair(fields, pair, path, idx, opener)
 
 
 def _lengths_digest(lengths: np.ndarray) -> str:

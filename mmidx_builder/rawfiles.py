@@ -36,17 +36,16 @@ from __future__ import annotations
 import collections
 import csv
 import json
-import mmap
 import os
 import posixpath
 from typing import IO, Callable, Sequence
 
 import numpy as np
 
-from ._io import file_identity
+from ._io import file_identity, map_readonly, stat_identity
 from .dtypes import raw_token_dtype
 from .errors import FormatError, ParameterError
-from .format import opened_size
+from .format import check_mapped, opened_size
 from .remote import read_ranges, remote_access_for
 from .source import check_pieces, combined_identity
 
@@ -155,10 +154,17 @@ class RawFiles:
         self._opener = opener
         self._access = remote_access_for(opener, self.paths[0]) if self.paths else None
         self._objects = self._access.stat_many(self.paths) if self._access is not None else None
+        # Local files listed here: what each path was (one stat gives size and identity),
+        # checked again when it is mapped.
+        self._identities = None
         if self._objects is not None:
             sizes = [o.size for o in self._objects]
+        elif sizes is None and opener is None:
+            stats = [os.stat(p) for p in self.paths]
+            sizes = [st.st_size for st in stats]
+            self._identities = [stat_identity(p, st) for p, st in zip(self.paths, stats)]
         elif sizes is None:
-            sizes = [self._size_of(p) for p in self.paths]
+            sizes = [opened_size(p, opener) for p in self.paths]
         elif len(sizes) != len(self.paths):
             raise ParameterError(f"{len(sizes)} sizes given for {len(self.paths)} files")
         self.file_sizes = np.asarray(sizes, np.int64).reshape(-1)
@@ -172,15 +178,11 @@ class RawFiles:
                               f"{int(self.file_sizes[i])} bytes",
                               hint="sequence lengths are int32 as in Megatron; split the file or raise n_bytes")
         self.sequence_lengths = (self.file_tokens + 1).astype(np.int32)
-        self.identity = combined_identity(f"raw-n_bytes={self.n_bytes}", [file_identity(p) for p in self.paths])
+        self.identity = combined_identity(f"raw-n_bytes={self.n_bytes}",
+                                          self._identities or [file_identity(p) for p in self.paths])
         self._sequence_ends = self.sequence_lengths.tolist()  # Python ints for the read loop
         self._maps: collections.OrderedDict[int, np.ndarray] = collections.OrderedDict()
         self._files: collections.OrderedDict[int, IO[bytes]] = collections.OrderedDict()
-
-    def _size_of(self, path: str) -> int:
-        if self._opener is None:
-            return os.path.getsize(path)
-        return opened_size(path, self._opener)
 
     def __getstate__(self):
         state = dict(self.__dict__)
@@ -194,6 +196,11 @@ class RawFiles:
             f.close()
         self._files.clear()
         self._maps.clear()
+
+    @property
+    def identities(self) -> list[str]:
+        """What each local file was when listed (checked again when it is mapped)."""
+        return list(self._identities or ())
 
     @property
     def num_sequences(self) -> int:
@@ -222,14 +229,15 @@ class RawFiles:
         entry = self._maps.get(i)
         if entry is not None:
             self._maps.move_to_end(i)
-            return entry
+            return entry[:3]
         size, n = int(self.file_sizes[i]), self.n_bytes
         data = np.empty(0, np.uint8)
+        mapped = None
         if size:  # mmap cannot map an empty file; an empty array reads the same
-            with open(self.paths[i], "rb") as f:
-                mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-            if len(mapped) < size:
-                raise FormatError(self.paths[i], "file size", f"{size} bytes", f"{len(mapped)} bytes",
+            # Refused if another file was renamed over the listed one: its size is not the listed one.
+            mapped, now, _ = map_readonly(self.paths[i], self._identities[i] if self._identities else None)
+            if now < size:
+                raise FormatError(self.paths[i], "file size", f"{size} bytes", f"{now} bytes",
                                   hint="the file shrank after it was listed")
             data = np.frombuffer(mapped, np.uint8, size)
         whole = size // n
@@ -239,16 +247,25 @@ class RawFiles:
             padded = np.zeros(n, np.uint8)
             padded[:size - whole * n] = data[whole * n:]
             partial = int.from_bytes(padded.tobytes(), "little")
-        entry = self._maps[i] = (data, tokens, partial)
+        entry = self._maps[i] = (data, tokens, partial, mapped)
         if len(self._maps) > _OPEN_MAPS:
             self._maps.popitem(last=False)
-        return entry
+        return entry[:3]
+
+    def _check_mapped(self, files) -> None:
+        """Each file about to be read still holds its bytes: a mapped file truncated while in
+        use kills the process with SIGBUS at the next read of a lost page (one ``fstat`` per
+        file per read, as for a ``.bin``: format.MemmapBinReader.check_size)."""
+        for i in dict.fromkeys(files):
+            self._view(i)
+            check_mapped(self._maps[i][3], int(self.file_sizes[i]), self.paths[i])
 
     def _read_bytes(self, i: int, start: int, stop: int):
         """Bytes ``[start, stop)`` of file ``i`` (``stop`` within the file)."""
         if start == stop:
             return b""
         if self._opener is None:
+            self._check_mapped([i])
             return self._map(i)[start:stop]
         f = self._files.get(i)
         if f is None:
@@ -283,6 +300,7 @@ class RawFiles:
         return out
 
     def _read_local(self, files, offsets, lengths, out) -> None:
+        self._check_mapped(files)
         # The hot loop of concat sampling: one slice copy per piece from cached views.
         position, eof, three, ends = 0, self.eof, self.n_bytes == 3, self._sequence_ends
         for f, offset, length in zip(files, offsets, lengths):

@@ -36,7 +36,7 @@ from typing import Iterator
 
 import numpy as np
 
-from ._io import write_atomically
+from . import array_cache
 from .errors import ParameterError
 
 __all__ = [
@@ -64,7 +64,8 @@ SEPARATE_FINAL_EPOCH_THRESHOLD = 0.80
 # Documents handled per step of the sample-index build: bounds its int64 temporaries (~12 MiB).
 _CHUNK = 1 << 18
 # Bump when the cached arrays' meaning changes, so old caches are not reused.
-_CACHE_FORMAT = 1
+# 2: the meta file holds the arrays' digests (array_cache).
+_CACHE_FORMAT = 2
 _ARRAY_NAMES = ("document_index", "sample_index", "shuffle_index")
 
 
@@ -358,21 +359,25 @@ def _cache_paths(cache_dir: str, key: str) -> dict[str, str]:
     return paths
 
 
+_META_FIELDS = ("seq_length", "add_extra_token", "num_epochs", "num_samples", "separate_final_epoch")
+
+
 def _load_cached(paths: dict[str, str], num_sequences: int) -> SamplingIndices | None:
-    """The cached indices, or None when absent or damaged (then they are rebuilt)."""
-    try:
-        with open(paths["meta"], encoding="utf-8") as f:
-            meta = json.load(f)
-        arrays = {name: np.load(paths[name], mmap_mode="r", allow_pickle=False) for name in _ARRAY_NAMES}
-        indices = SamplingIndices(**{k: meta[k] for k in ("seq_length", "add_extra_token", "num_epochs",
-                                                        "num_samples", "separate_final_epoch")}, **arrays)
-    except (OSError, ValueError, KeyError, TypeError):
+    """The cached indices, or None when absent or damaged (then they are rebuilt): the
+    files' digests are checked (array_cache), then that the arrays fit these sequences."""
+    loaded = array_cache.load_arrays(paths["meta"], {name: paths[name] for name in _ARRAY_NAMES})
+    if loaded is None:
         return None
-    consistent = (indices.document_index.shape == (indices.num_epochs * num_sequences,)
-                  and indices.sample_index.ndim == 2 and indices.sample_index.shape[1] == 2
-                  and indices.shuffle_index.shape == (indices.total_samples,)
-                  and indices.num_samples <= indices.total_samples)
-    # Values too: a damaged file of the right shape must not index outside the arrays.
+    meta, arrays = loaded
+    try:
+        indices = SamplingIndices(**{k: meta[k] for k in _META_FIELDS}, **arrays)
+        consistent = (indices.document_index.shape == (indices.num_epochs * num_sequences,)
+                      and indices.sample_index.ndim == 2 and indices.sample_index.shape[1] == 2
+                      and indices.shuffle_index.shape == (indices.total_samples,)
+                      and indices.num_samples <= indices.total_samples)
+    except (KeyError, TypeError):
+        consistent = False
+    # Values too: a cache written whole but wrong must not index outside the arrays.
     consistent = consistent and _in_range(indices.document_index, num_sequences) and _in_range(
         indices.sample_index[:, 0], len(indices.document_index)) and _in_range(
         indices.shuffle_index, indices.total_samples) and (len(indices.sample_index) == 0 or (
@@ -387,14 +392,9 @@ def _in_range(values: np.ndarray, bound: int) -> bool:
 
 
 def _save_cached(paths: dict[str, str], indices: SamplingIndices) -> None:
-    os.makedirs(os.path.dirname(paths["meta"]), exist_ok=True)
-    for name in _ARRAY_NAMES:
-        write_atomically(paths[name], lambda f, a=getattr(indices, name): np.save(f, a, allow_pickle=False))
-    meta = {"seq_length": indices.seq_length, "add_extra_token": indices.add_extra_token,
-            "num_epochs": indices.num_epochs, "num_samples": indices.num_samples,
-            "separate_final_epoch": indices.separate_final_epoch}
-    # The meta file goes last: its presence says the three arrays are complete.
-    write_atomically(paths["meta"], json.dumps(meta, indent=1).encode())
+    array_cache.save_arrays(paths["meta"], {name: paths[name] for name in _ARRAY_NAMES},
+                            {name: getattr(indices, name) for name in _ARRAY_NAMES},
+                            {name: getattr(indices, name) for name in _META_FIELDS})
 
 
 def save_indices(indices: SamplingIndices, directory: str | os.PathLike) -> list[str]:

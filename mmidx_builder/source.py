@@ -17,6 +17,7 @@ from typing import Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
+from ._io import replaced_error
 from .errors import ParameterError
 
 
@@ -98,12 +99,17 @@ class Concatenated:
                                  "convert them with one tokenizer or put them in separate splits")
         self.parts = list(parts)
         self.dtype = parts[0].dtype
-        self.sequence_lengths = (np.concatenate([p.sequence_lengths for p in parts]) if len(parts) > 1
-                                 else parts[0].sequence_lengths)
+        self._lengths = np.concatenate([p.sequence_lengths for p in parts]) if len(parts) > 1 else None
         # First global sequence id of each part, and the end.
         self.first_sequence = np.cumsum([0] + [len(p.sequence_lengths) for p in parts])
         self.identity = parts[0].identity if len(parts) == 1 else combined_identity(
             "concatenated", [p.identity for p in parts])
+
+    @property
+    def sequence_lengths(self) -> np.ndarray:
+        # One part: its own array, fetched anew on each use, as a mapped index must be
+        # (format.IndexedFile checks for truncation on every fetch).
+        return self.parts[0].sequence_lengths if self._lengths is None else self._lengths
 
     @property
     def files(self) -> list:
@@ -151,12 +157,15 @@ class SequenceRange:
             raise ParameterError(f"sequence range [{begin}, {end}) does not lie in [0, {total}]")
         self.source, self.begin, self.end = source, int(begin), int(end)
         self.dtype = source.dtype
-        self.sequence_lengths = source.sequence_lengths[begin:end]
         self.identity = f"{source.identity}[{begin}:{end}]"
 
     @property
     def remote(self) -> bool:
         return getattr(self.source, "remote", False)
+
+    @property
+    def sequence_lengths(self) -> np.ndarray:
+        return self.source.sequence_lengths[self.begin:self.end]  # fetched anew: see Concatenated
 
     def read_pieces(self, sequence_ids, offsets, lengths, out: np.ndarray | None = None) -> np.ndarray:
         sequence_ids, offsets, lengths, out = check_pieces(
@@ -165,4 +174,37 @@ class SequenceRange:
         return self.source.read_pieces(sequence_ids + self.begin, offsets, lengths, out)
 
 
-__all__ = ["Concatenated", "SequenceRange", "TokenSource", "check_pieces", "combined_identity", "first_bad"]
+def file_identities(source) -> list[str]:
+    """The identities (``_io.stat_identity``) of the local files a source opened: a source's
+    ``identities``, through concatenations and ranges."""
+    if isinstance(source, Concatenated):
+        return [identity for part in source.parts for identity in file_identities(part)]
+    if isinstance(source, SequenceRange):
+        return file_identities(source.source)
+    return list(getattr(source, "identities", None) or ())
+
+
+def _identity_path(identity: str) -> str | None:
+    """The path of a local file identity (``path:inode:size:mtime:ctime``), else None."""
+    parts = identity.rsplit(":", 4)
+    return parts[0] if len(parts) == 5 and all(p.isdigit() for p in parts[1:]) else None
+
+
+def check_opened(source, expected: str) -> None:
+    """FormatError unless every local file ``source`` opened, among those that ``expected``
+    (a ``|``-joined list of file identities, taken when the dataset was planned) names, is
+    the very file named there. (Files it does not name, such as Hub downloads in the cache,
+    are checked by their own means.)
+
+    A process that opens the files again (a spawn DataLoader worker, a rerun) must read the
+    very files the dataset's row count and sample order were made from: a pair replaced
+    since would give another pair's tokens under the old row count."""
+    named = {_identity_path(e): e for e in expected.split("|")}
+    for found in file_identities(source):
+        path = _identity_path(found)  # None: a remote file, its URL as its identity
+        if path is not None and named.get(path, found) != found:
+            raise replaced_error(path, named[path], found)
+
+
+__all__ = ["Concatenated", "SequenceRange", "TokenSource", "check_opened", "check_pieces", "combined_identity",
+           "file_identities", "first_bad"]

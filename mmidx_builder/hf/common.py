@@ -43,6 +43,7 @@ from ..dtypes import cast_tokens, integer_dtype
 from ..errors import MissingPartnerError, ParameterError
 from ..format import check_partners, split_prefix
 from ..remote import RemoteAccess
+from ..source import check_opened
 from . import registry
 from .readahead import ReadAhead, ShardReadAhead
 from .registry import cache_root, record_checksums
@@ -259,7 +260,12 @@ def opened_split(open_plan, plan: Plan, opener) -> OpenedSplit:
     """``open_plan(plan, opener)``, kept per process: streaming calls the table generator once
     per shard, and opening the files and validating the indices each time would dominate.
     Keyed by the plan, which holds the files' identity: a changed file is a new entry."""
-    return open_plan(plan, opener)
+    opened = open_plan(plan, opener)
+    for token_file in opened.files:
+        # The very files the plan was made from, also in a process that opens them again (a
+        # spawn worker): a pair replaced since would serve its tokens under the old row count.
+        check_opened(token_file, plan.identity)
+    return opened
 
 
 @dataclass

@@ -54,7 +54,7 @@ import warnings
 
 import numpy as np
 
-from .._io import write_atomically
+from .. import array_cache
 from ..errors import ParameterError
 
 __all__ = [
@@ -75,7 +75,7 @@ _WARMUP = 64
 # Steps buffered per lane before they are copied out (lane-major, so that they go out as row
 # copies): 16 fill two cache lines of int64; 16k lanes x 16 steps x 10 bytes is 2.5 MiB.
 _BLOCK_STEPS = 16
-_CACHE_FORMAT = 1
+_CACHE_FORMAT = 2  # 2: meta files carry digests (array_cache)
 
 
 class BlendingIndices:
@@ -364,23 +364,17 @@ def load_or_build_blending_indices(*, cache_dir: str | os.PathLike | None, weigh
     key = _cache_key(kind, values, size)
     paths = {name: os.path.join(cache_dir, f"{key}-{name}.npy") for name in ("dataset_index", "dataset_sample_index")}
     meta_path = os.path.join(cache_dir, f"{key}-blending.json")
-    try:
-        with open(meta_path, encoding="utf-8") as f:
-            meta = json.load(f)
-        index = np.load(paths["dataset_index"], mmap_mode="r", allow_pickle=False)
-        sample = np.load(paths["dataset_sample_index"], mmap_mode="r", allow_pickle=False)
+    loaded = array_cache.load_arrays(meta_path, paths)  # digests checked; damaged: warned, None
+    if loaded is not None:
+        meta, arrays = loaded
+        index, sample = arrays["dataset_index"], arrays["dataset_sample_index"]
         if (meta.get("size") == size and index.shape == (size,) and sample.shape == (size,)
                 and index.dtype == np.int16 and sample.dtype == np.int64):
             return BlendingIndices(index, sample)
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
     result = build()
     try:
-        os.makedirs(cache_dir, exist_ok=True)
-        for name in ("dataset_index", "dataset_sample_index"):
-            write_atomically(paths[name], lambda f, a=getattr(result, name): np.save(f, a, allow_pickle=False))
-        # The meta file goes last: its presence says the arrays are complete.
-        write_atomically(meta_path, json.dumps({"kind": kind, "size": size}).encode())
+        array_cache.save_arrays(meta_path, paths, {name: getattr(result, name) for name in paths},
+                                {"kind": kind, "size": size})
     except OSError as error:
         warnings.warn(f"blending indices not cached in {cache_dir}: {error}", stacklevel=2)
     return result
