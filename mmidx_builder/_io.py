@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import uuid
 from typing import Callable, Iterator
 
@@ -56,6 +57,49 @@ def write_atomically(path: str | os.PathLike, data: bytes | Callable) -> None:
             f.write(data)
 
 
+def open_regular(path: str | os.PathLike, mode: str = "rb"):
+    """``open(path, "rb")`` for a local file that must be a regular file.
+
+    Why not plain ``open``: a FIFO in a file's place blocks that open forever, a directory
+    raises ``IsADirectoryError``, a device reads without end. The open does not block
+    (``O_NONBLOCK``) and anything but a regular file raises :class:`FormatError` saying what
+    it is. Symbolic links are followed (a Hub snapshot's files are links into ``blobs/``).
+    """
+    from .errors import FormatError
+
+    if mode != "rb":
+        raise ValueError(f"open_regular opens for binary reading only, not {mode!r}")
+    path = os.fspath(path)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        kind = os.fstat(fd).st_mode
+        if not stat.S_ISREG(kind):
+            raise FormatError(path, "file", "a regular file", _file_kind(kind))
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_small_file(path: str | os.PathLike, limit: int, opener: Callable | None = None) -> bytes:
+    """The bytes of a small file, at most ``limit`` (else :class:`FormatError`): a local regular
+    file (:func:`open_regular`), or what ``opener`` (``open``'s signature) opens."""
+    from .errors import FormatError
+
+    path = os.fspath(path)
+    with (opener or open_regular)(path, "rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise FormatError(path, "size", f"at most {limit:,} bytes", "more")
+    return data
+
+
+def _file_kind(mode: int) -> str:
+    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
+             (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+    return next((name for test, name in kinds if test(mode)), "not a regular file")
+
+
 def is_remote(path: str | os.PathLike) -> bool:
     """A URL (``hf://``, ``https://``, ``s3://``...) or datasets' ``hf:`` shorthand, not a local path."""
     path = os.fspath(path)
@@ -77,4 +121,5 @@ def file_identity(path: str | os.PathLike) -> str:
     return f"{os.path.realpath(path)}:{stat.st_ino}:{stat.st_size}:{stat.st_mtime_ns}:{stat.st_ctime_ns}"
 
 
-__all__ = ["atomic_output", "file_identity", "is_remote", "remove_quietly", "temporary_path", "write_atomically"]
+__all__ = ["atomic_output", "file_identity", "is_remote", "open_regular", "read_small_file", "remove_quietly",
+           "temporary_path", "write_atomically"]
