@@ -223,6 +223,31 @@ def _repo_files(tmp_path, card: str, **extra: bytes) -> dict[str, bytes]:
     return {**files, "README.md": f"---\nconfigs:\n- config_name: default\n{card}---\n".encode(), **extra}
 
 
+def test_a_snapshot_download_of_a_hub_repo_loads_with_its_card(local_hub, tmp_path, monkeypatch):
+    from huggingface_hub import snapshot_download
+
+    card = f"  megatron_args: '--data-args-path data/blend.list {RUN}'\n"
+    local_hub.commit("me/snap", _repo_files(tmp_path, card, **{"data/blend.list": b"1 data/a_text_document\n"}))
+    folder = snapshot_download("me/snap", repo_type="dataset", cache_dir=str(tmp_path / "hub"))
+    assert os.path.islink(os.path.join(folder, "data", "a_text_document.bin"))  # links into blobs/
+    from_snapshot = load_dataset(folder, cache_dir=str(tmp_path / "c"), split="train")
+    explicit = load_dataset("mmidx", data_path=[os.path.join(folder, "data", "a_text_document")], split_ratios="1",
+                            num_samples={"train": 6}, seq_length=8, cache_dir=str(tmp_path / "c"), split="train")
+    assert from_snapshot["input_ids"] == explicit["input_ids"]
+    # The same, given relative from the snapshot's parent.
+    monkeypatch.chdir(os.path.dirname(folder))
+    relative = load_dataset(os.path.basename(folder), cache_dir=str(tmp_path / "c2"), split="train")
+    assert relative["input_ids"] == explicit["input_ids"]
+    # A card as `mmidx card` writes it (data_files): the files it lists are links too.
+    local_hub.commit("me/pairs", _repo_files(tmp_path, "  data_files:\n  - split: train\n    path: data/*.bin\n"
+                                                       "  seq_length: 8\n"))
+    pairs = snapshot_download("me/pairs", repo_type="dataset", cache_dir=str(tmp_path / "hub"))
+    from_pairs = load_dataset(pairs, cache_dir=str(tmp_path / "c"), split="train")
+    direct = load_dataset("mmidx", data_files={"train": os.path.join(pairs, "data", "a_text_document.bin")},
+                          seq_length=8, cache_dir=str(tmp_path / "c"), split="train")
+    assert len(from_pairs) > 0 and from_pairs["input_ids"] == direct["input_ids"]
+
+
 def test_a_hub_card_reads_its_argument_file_from_the_repo_and_cannot_leave_it(local_hub, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "blend.list").write_text("1 elsewhere_text_document\n")  # a same-named local file is not read
@@ -236,3 +261,23 @@ def test_a_hub_card_reads_its_argument_file_from_the_repo_and_cannot_leave_it(lo
         local_hub.commit("me/evil", _repo_files(tmp_path, card))
         with pytest.raises(ParameterError, match=ESCAPE):
             load_dataset("me/evil", cache_dir=str(tmp_path / "c"), split="train")
+
+
+@pytest.mark.parametrize("with_card", [True, False])
+def test_a_relative_folder_with_relative_prefixes_is_joined_once(tmp_path, monkeypatch, with_card):
+    """Issue 20 item 4: ``load_dataset("card", data_path=[...])`` run from the folder's parent."""
+    rng = np.random.default_rng(5)
+    folder = tmp_path / "card"
+    for name in "ab":
+        write_documents(folder / f"{name}_text_document", [rng.integers(1, 60_000, n) for n in rng.integers(1, 30, 50)],
+                        dtype=np.uint16)
+    if with_card:
+        _card(folder, "  data_path: ['0.5', a_text_document, '0.5', b_text_document]\n  split_ratios: '1'\n"
+                      "  num_samples: {train: 10}\n  seq_length: 8\n")
+    blend = dict(split_ratios="1", num_samples={"train": 10}, seq_length=8, split="train")
+    expected = load_dataset("mmidx", data_path=["0.5", str(folder / "a_text_document"), "0.5",
+                                                str(folder / "b_text_document")], cache_dir=str(tmp_path / "c1"), **blend)
+    monkeypatch.chdir(tmp_path)
+    loaded = load_dataset("card", data_path=["0.5", "a_text_document", "0.5", "b_text_document"],
+                          cache_dir=str(tmp_path / "c2"), **blend)
+    assert loaded["input_ids"] == expected["input_ids"]
