@@ -40,7 +40,7 @@ import numpy as np
 
 from .errors import FormatError
 from .format import split_prefix
-from ._io import is_remote, write_atomically
+from ._io import is_remote, read_small_file, write_atomically
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +48,8 @@ SIDECAR_SUFFIX = ".mmidx-info"
 SIDECAR_VERSION = 1
 INFO_KEY = "mmidx"
 INFO_VERSION = 1
+# A sidecar is a few hundred bytes; anything larger is not one (and is not read whole).
+SIDECAR_LIMIT = 1 << 20
 # Fields a sidecar holds, with the types each may take.
 _SIDECAR_FIELDS = {"tokenizer": (str, type(None)), "vocab_size": (int, type(None)),
                    "eod_id": (int, type(None)), "append_eod": (bool,)}
@@ -74,10 +76,14 @@ def write_sidecar(prefix: str | os.PathLike, *, tokenizer: str | None, vocab_siz
 
 def parse_sidecar(text: str | bytes, path: str) -> dict:
     """The sidecar's fields, or :class:`FormatError` naming the field that is wrong."""
+    if len(text) > SIDECAR_LIMIT:
+        raise FormatError(path, "size", f"at most {SIDECAR_LIMIT:,} bytes", f"{len(text):,}")
     try:
         record = json.loads(text)
     except (ValueError, UnicodeDecodeError) as error:
         raise FormatError(path, "sidecar", "a JSON object", f"text that is not JSON ({error})") from None
+    except RecursionError:  # a sidecar is flat; json recurses once per nesting level
+        raise FormatError(path, "sidecar", "a flat JSON object", "JSON nested too deeply to parse") from None
     if not isinstance(record, dict):
         raise FormatError(path, "sidecar", "a JSON object", type(record).__name__)
     if record.get("mmidx_info") != SIDECAR_VERSION:
@@ -94,10 +100,10 @@ def read_sidecar(prefix: str | os.PathLike) -> dict | None:
     """A local pair's sidecar fields, or None when it has none."""
     path = sidecar_path(prefix)
     try:
-        with open(path, "rb") as f:
-            return parse_sidecar(f.read(), path)
+        text = read_small_file(path, SIDECAR_LIMIT)  # a FIFO or a directory is refused, not waited on
     except FileNotFoundError:
         return None
+    return parse_sidecar(text, path)
 
 
 def merge_sidecars(prefixes, output_prefix: str | os.PathLike) -> str | None:
@@ -125,7 +131,7 @@ def _fetch_sidecar(bin_path: str, dl_manager, opener) -> dict | None:
     try:
         local = dl_manager.download(path) if dl_manager is not None else path
         with opener(local, "rb") as f:
-            text = f.read()
+            text = f.read(SIDECAR_LIMIT + 1)
     except Exception as error:  # noqa: BLE001  (fsspec/HTTP/Hub errors differ by backend; all mean "none")
         logger.debug("no sidecar at %s: %s", path, error)
         return None
