@@ -18,6 +18,7 @@ reads remote files.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import os
@@ -200,6 +201,14 @@ class BaseConfig(datasets.BuilderConfig):
         """Raises ParameterError for a setting that cannot work. Also called by the builder:
         ``load_dataset`` sets call kwargs on a copied config with setattr, past __post_init__."""
         check_integer("num_shards", self.num_shards, 1)
+        # A card's YAML can give any type: "no" is a true string, and 'no' a string.
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.type == "bool" and not isinstance(value, bool):
+                raise ParameterError(f"{f.name} must be true or false, got {value!r} ({type(value).__name__})")
+        if self.features is not None and not isinstance(self.features, datasets.Features):
+            raise ParameterError(f"features must be datasets.Features, got {self.features!r} "
+                                 f"({type(self.features).__name__})")
 
 
 class BaseBuilder(datasets.ArrowBasedBuilder):
