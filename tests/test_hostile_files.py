@@ -3,6 +3,7 @@ items 7, 8, 13, 14, 15): never a hang, a traceback, a half-written output or a s
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -149,3 +150,63 @@ def test_a_root_pair_beside_a_valid_folder_is_refused_not_dropped(tmp_path):
         render_card(tmp_path)
     plan = plan_upload(tmp_path, "me/tokens")
     assert len(plan.pairs) == 2 and "tokens.bin" in plan.card_problem and "would stop" in plan.describe()
+
+
+# --- item 14: upload(..., api=HfApi(token=T)) uploads with T -----------------------------------
+
+def test_upload_uses_the_token_of_the_api_it_is_given(tmp_path, monkeypatch):
+    from huggingface_hub import HfApi
+    from hub_server import LocalHub, isolate_hf_home, point_clients_at
+
+    from mmidx_builder import hub
+    from mmidx_builder.card import CardSettings
+
+    token = "hf_apiTOKENgivenToHfApiOnly0123456789"
+    folder = tmp_path / "tokens"
+    _pair(folder)
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    isolate_hf_home(monkeypatch, tmp_path / "hf_home")  # no stored token either
+    with LocalHub(token=token) as server:
+        point_clients_at(monkeypatch, server.url)
+        hub.upload(folder, "me/private", private=True, settings=CardSettings(seq_length=8),
+                   api=HfApi(endpoint=server.url, token=token), echo=lambda line: None)
+        assert set(server.files("me/private")) >= {"train.bin", "train.idx", "README.md"}
+        sent = {r["authorization"] for r in server.requests if r["path"] != "/api/agent-harnesses"}
+        assert sent == {f"Bearer {token}"}
+
+
+# --- item 15: a read-only folder: the dry run says the upload would stop, the upload writes nothing
+
+@contextlib.contextmanager
+def _read_only(folder):
+    """``folder`` made read-only for this user: ``chmod 555``, or for root (who writes there
+    anyway) the immutable attribute."""
+    if os.geteuid() != 0:
+        os.chmod(folder, 0o555)
+        undo = ["chmod", "755", str(folder)]
+    else:
+        made = subprocess.run(["chattr", "+i", str(folder)], capture_output=True, text=True)
+        if made.returncode != 0:
+            pytest.skip(f"running as root and chattr +i is not available here: {made.stderr.strip()}")
+        undo = ["chattr", "-i", str(folder)]
+    try:
+        yield
+    finally:
+        subprocess.run(undo, check=True)
+
+
+def test_a_read_only_folder_is_a_problem_of_the_dry_run_and_stops_the_upload(tmp_path, monkeypatch):
+    from mmidx_builder import hub
+    from mmidx_builder.card import CardSettings
+    from mmidx_builder.errors import HubError
+
+    monkeypatch.setenv("HF_TOKEN", "hf_aTokenSoThatOnlyTheFolderStopsIt0")  # no request is made
+    folder = tmp_path / "shared"
+    _pair(folder)
+    lines = []
+    with _read_only(folder):
+        hub.upload(folder, "me/tokens", dry_run=True, settings=CardSettings(seq_length=8), echo=lines.append)
+        with pytest.raises(HubError, match="the dataset card cannot be made, nothing was uploaded.*not writable"):
+            hub.upload(folder, "me/tokens", settings=CardSettings(seq_length=8), echo=lines.append)
+    assert "an upload would stop" in lines[0] and "not writable" in lines[0]
+    assert sorted(os.listdir(folder)) == ["train.bin", "train.idx"]
