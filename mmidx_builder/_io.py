@@ -8,6 +8,7 @@ killed process is invisible to ``datasets`` (which skips hidden files) and to fo
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import stat
 import uuid
@@ -16,10 +17,28 @@ from typing import Callable, Iterator
 TEMPORARY_MARK = ".tmp-"
 
 
+# Bytes in one file name on Linux, macOS and Windows file systems (NAME_MAX).
+NAME_MAX = 255
+# What a temporary name adds after its stem: TEMPORARY_MARK, a pid (up to 10 digits), "-", 8 hex digits.
+_SUFFIX_BYTES = len(TEMPORARY_MARK) + 10 + 1 + 8
+
+
+def temporary_stem(path: str | os.PathLike) -> str:
+    """What every temporary name of ``path`` starts with: ``.NAME``; for a name too long to
+    take the suffix within NAME_MAX (a 240-byte name would fail with ENAMETOOLONG), the name
+    cut short and ``~`` and a hash of the whole name."""
+    folder, name = os.path.split(os.fspath(path))
+    encoded = os.fsencode(name)
+    if 1 + len(encoded) + _SUFFIX_BYTES <= NAME_MAX:
+        return os.path.join(folder, f".{name}")
+    digest = hashlib.sha256(encoded).hexdigest()[:8]
+    room = NAME_MAX - _SUFFIX_BYTES - len(digest) - 2  # the leading "." and the "~"
+    return os.path.join(folder, f".{os.fsdecode(encoded[:room])}~{digest}")
+
+
 def temporary_path(path: str | os.PathLike) -> str:
     """A hidden, unique sibling of ``path`` for writing before the rename."""
-    folder, name = os.path.split(os.fspath(path))
-    return os.path.join(folder, f".{name}{TEMPORARY_MARK}{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    return f"{temporary_stem(path)}{TEMPORARY_MARK}{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
 def remove_quietly(path: str) -> None:
@@ -94,6 +113,16 @@ def read_small_file(path: str | os.PathLike, limit: int, opener: Callable | None
     return data
 
 
+def not_a_regular_file(path: str | os.PathLike) -> str | None:
+    """What a local ``path`` is when it exists but is no regular file ("a FIFO (named pipe)",
+    "a directory"...), else None (a regular file, a link to one, or nothing there)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    return None if stat.S_ISREG(mode) else _file_kind(mode)
+
+
 def _file_kind(mode: int) -> str:
     kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
              (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
@@ -121,5 +150,6 @@ def file_identity(path: str | os.PathLike) -> str:
     return f"{os.path.realpath(path)}:{stat.st_ino}:{stat.st_size}:{stat.st_mtime_ns}:{stat.st_ctime_ns}"
 
 
-__all__ = ["atomic_output", "file_identity", "is_remote", "open_regular", "read_small_file", "remove_quietly",
-           "temporary_path", "write_atomically"]
+__all__ = ["atomic_output", "file_identity", "is_remote", "not_a_regular_file", "open_regular", "read_small_file",
+           "remove_quietly", "temporary_path", "temporary_stem",
+           "write_atomically"]

@@ -37,7 +37,7 @@ from typing import IO, Callable, Iterable, Sequence
 
 import numpy as np
 
-from ._io import TEMPORARY_MARK, file_identity, remove_quietly, temporary_path
+from ._io import TEMPORARY_MARK, file_identity, not_a_regular_file, remove_quietly, temporary_path, temporary_stem
 from .dtypes import DTYPE_TABLES, FAIRSEQ_DTYPES, MEGATRON_DTYPES, Flavour, dtype_code, smallest_dtype  # noqa: F401
 from .errors import FormatError, MissingPartnerError, ParameterError
 from .source import Concatenated, check_pieces, combined_identity, first_bad
@@ -294,7 +294,11 @@ def _exists(path: str, opener) -> bool:
 
 def check_partners(idx_path: str, bin_path: str, opener=None) -> None:
     """Both files of a pair exist (through ``opener`` when given), else a MissingPartnerError
-    naming the one that is missing."""
+    naming the one that is missing; a local one that is a FIFO or a directory is named as such."""
+    for path in (idx_path, bin_path) if opener is None else ():
+        kind = not_a_regular_file(path)
+        if kind:
+            raise FormatError(path, "file", "a regular file (one of a .bin/.idx pair)", kind)
     idx_there, bin_there = _exists(idx_path, opener), _exists(bin_path, opener)
     if not idx_there and not bin_there:
         raise MissingPartnerError(split_prefix(idx_path), "files", f"{idx_path} and {bin_path}", "neither exists")
@@ -495,8 +499,9 @@ def remove_stale_temporaries(prefix: str) -> list[str]:
     returns their paths. Current writers use hidden names; older ones wrote visible ones."""
     folder, name = os.path.split(prefix)
     removed = []
-    for pattern in (f".{name}.bin{TEMPORARY_MARK}*", f".{name}.idx{TEMPORARY_MARK}*",
-                    f"{name}.bin{TEMPORARY_MARK}*", f"{name}.idx{TEMPORARY_MARK}*"):
+    hidden = [os.path.basename(temporary_stem(prefix + ext)) for ext in (".bin", ".idx")]
+    for pattern in (f"{glob.escape(hidden[0])}{TEMPORARY_MARK}*", f"{glob.escape(hidden[1])}{TEMPORARY_MARK}*",
+                    f"{glob.escape(name)}.bin{TEMPORARY_MARK}*", f"{glob.escape(name)}.idx{TEMPORARY_MARK}*"):
         for path in glob.glob(os.path.join(glob.escape(folder or "."), pattern)):
             found = _TEMPORARY_PID.search(os.path.basename(path))
             if found and not _process_alive(int(found.group(1))):

@@ -30,6 +30,7 @@ uses this module.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
@@ -103,6 +104,10 @@ def read_sidecar(prefix: str | os.PathLike) -> dict | None:
         text = read_small_file(path, SIDECAR_LIMIT)  # a FIFO or a directory is refused, not waited on
     except FileNotFoundError:
         return None
+    except OSError as error:
+        if error.errno == errno.ENAMETOOLONG:  # a pair named near NAME_MAX: no sidecar name fits beside it
+            return None
+        raise
     return parse_sidecar(text, path)
 
 

@@ -65,7 +65,8 @@ def _escaping_cards(root):
                                       "  split_ratios: '1'\n  seq_length: 8\n",
         "train_data_path": f"  train_data_path: ['{secret}']\n  valid_data_path: [a_text_document]\n"
                            "  test_data_path: [a_text_document]\n  seq_length: 8\n",
-        "valid_data_path": "  train_data_path: [a_text_document]\n  valid_data_path: [../outside/secret_text_document]\n"
+        "valid_data_path": "  train_data_path: [a_text_document]\n"
+                           "  valid_data_path: [../outside/secret_text_document]\n"
                            "  test_data_path: [a_text_document]\n  seq_length: 8\n",
         "test_data_path": f"  train_data_path: [a_text_document]\n  valid_data_path: [a_text_document]\n"
                           f"  test_data_path: ['{secret}']\n  seq_length: 8\n",
@@ -219,7 +220,8 @@ def _repo_files(tmp_path, card: str, **extra: bytes) -> dict[str, bytes]:
     rng = np.random.default_rng(11)
     write_documents(tmp_path / "a_text_document", [rng.integers(1, 60_000, n) for n in rng.integers(1, 40, 60)],
                     dtype=np.uint16)
-    files = {f"data/a_text_document{ext}": (tmp_path / f"a_text_document{ext}").read_bytes() for ext in (".bin", ".idx")}
+    files = {f"data/a_text_document{ext}": (tmp_path / f"a_text_document{ext}").read_bytes()
+             for ext in (".bin", ".idx")}
     return {**files, "README.md": f"---\nconfigs:\n- config_name: default\n{card}---\n".encode(), **extra}
 
 
@@ -275,8 +277,8 @@ def test_a_relative_folder_with_relative_prefixes_is_joined_once(tmp_path, monke
         _card(folder, "  data_path: ['0.5', a_text_document, '0.5', b_text_document]\n  split_ratios: '1'\n"
                       "  num_samples: {train: 10}\n  seq_length: 8\n")
     blend = dict(split_ratios="1", num_samples={"train": 10}, seq_length=8, split="train")
-    expected = load_dataset("mmidx", data_path=["0.5", str(folder / "a_text_document"), "0.5",
-                                                str(folder / "b_text_document")], cache_dir=str(tmp_path / "c1"), **blend)
+    absolute = ["0.5", str(folder / "a_text_document"), "0.5", str(folder / "b_text_document")]
+    expected = load_dataset("mmidx", data_path=absolute, cache_dir=str(tmp_path / "c1"), **blend)
     monkeypatch.chdir(tmp_path)
     loaded = load_dataset("card", data_path=["0.5", "a_text_document", "0.5", "b_text_document"],
                           cache_dir=str(tmp_path / "c2"), **blend)

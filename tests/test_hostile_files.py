@@ -80,8 +80,8 @@ BROKEN_FRONT_MATTER = {
     "configs of numbers": (b"---\nconfigs: [1, 2]\n---\nbody\n", "front matter"),
     "a broken settings comment": (b"---\nlicense: mit\n---\n<!-- mmidx card settings: {not json} -->\n",
                                   "settings"),
-    "a settings comment of wrong types": (b'---\nlicense: mit\n---\n<!-- mmidx card settings: {"seq_length": "x"} -->\n',
-                                          "seq_length='x'"),
+    "a settings comment of wrong types": (
+        b'---\nlicense: mit\n---\n<!-- mmidx card settings: {"seq_length": "x"} -->\n', "seq_length='x'"),
 }
 
 
@@ -210,3 +210,42 @@ def test_a_read_only_folder_is_a_problem_of_the_dry_run_and_stops_the_upload(tmp
             hub.upload(folder, "me/tokens", settings=CardSettings(seq_length=8), echo=lines.append)
     assert "an upload would stop" in lines[0] and "not writable" in lines[0]
     assert sorted(os.listdir(folder)) == ["train.bin", "train.idx"]
+
+
+# --- item 15: the small ones ------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["fifo", "directory"])
+@pytest.mark.parametrize("which", [".bin", ".idx"])
+def test_a_pair_file_that_is_a_fifo_or_a_directory_is_named_as_such(tmp_path, kind, which):
+    from mmidx_builder.format import IndexedFile
+
+    prefix = _pair(tmp_path)
+    os.remove(prefix + which)
+    os.mkfifo(prefix + which) if kind == "fifo" else os.mkdir(prefix + which)
+    with pytest.raises(FormatError, match=f"{prefix}{which}: file: expected a regular file.*found a "
+                                          f"{'FIFO' if kind == 'fifo' else 'directory'}"):
+        IndexedFile.open(prefix)
+
+
+@pytest.mark.parametrize("value", [-1, -1000])
+def test_a_negative_max_document_chars_is_refused(tmp_path, value):
+    (tmp_path / "a.jsonl").write_text('{"text": "short"}\n')
+    result = subprocess.run([sys.executable, "-m", "mmidx_builder.cli", "convert", str(tmp_path / "a.jsonl"),
+                             "--output-prefix", str(tmp_path / "out"), "--tokenizer", "bytes",
+                             "--max-document-chars", str(value)], capture_output=True, text=True, timeout=DEADLINE)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert "--max-document-chars" in result.stderr and str(value) in result.stderr
+    assert not list(tmp_path.glob("out*"))
+
+
+@pytest.mark.parametrize("name_bytes", [237, 244, 251, 255])
+def test_names_up_to_the_file_system_limit_can_be_written_and_loaded(tmp_path, name_bytes):
+    from mmidx_builder.card import CardSettings, write_card
+
+    stem = "é" * ((name_bytes - 4) // 2) + "x" * ((name_bytes - 4) % 2)  # two bytes a character: cuts meet one
+    assert len(os.fsencode(stem + ".bin")) == name_bytes
+    prefix = _pair(tmp_path / "data", name=stem)
+    write_card(tmp_path / "data", CardSettings(seq_length=8))
+    loaded = load_dataset(str(tmp_path / "data"), cache_dir=str(tmp_path / "c"), split="train")
+    assert len(loaded) > 0 and os.path.exists(prefix + ".idx")
+    assert sorted(p for p in os.listdir(tmp_path / "data") if p.startswith(".")) == []

@@ -102,7 +102,8 @@ class MMIdx(datasets.ArrowBasedBuilder):
         call = {name: kwargs.pop(name) for name in _ALL_FIELDS if kwargs.get(name) is not None}
         if base is not None:
             given = {**call, **{k: kwargs[k] for k in ("data_files", "data_dir") if kwargs.get(k) is not None}}
-            download_config = DownloadConfig(token=kwargs.get("token"), storage_options=kwargs.get("storage_options") or {})
+            download_config = DownloadConfig(token=kwargs.get("token"),
+                                             storage_options=kwargs.get("storage_options") or {})
             card = scoped_card(card, base.data_files, base.data_dir, given, kwargs.get("base_path"), download_config)
         for name in _ALL_FIELDS:
             kwargs.pop(name, None)
