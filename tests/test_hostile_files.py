@@ -249,3 +249,24 @@ def test_names_up_to_the_file_system_limit_can_be_written_and_loaded(tmp_path, n
     loaded = load_dataset(str(tmp_path / "data"), cache_dir=str(tmp_path / "c"), split="train")
     assert len(loaded) > 0 and os.path.exists(prefix + ".idx")
     assert sorted(p for p in os.listdir(tmp_path / "data") if p.startswith(".")) == []
+
+
+def test_save_indices_on_a_full_disk_leaves_none_of_its_files(tmp_path):
+    """A file-size limit (RLIMIT_FSIZE, as a full disk: writes past it fail) that the small
+    arrays fit in and the shuffle index does not."""
+    prefix = _pair(tmp_path / "data", count=400)
+    out = tmp_path / "indices"
+    result = _in_child(f"""
+        import resource, signal, sys
+        from mmidx_builder.cli import main
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead
+        resource.setrlimit(resource.RLIMIT_FSIZE, (8192, 8192))  # document_index.npy fits
+        sys.exit(main(["samples", {prefix!r}, "--seq-length", "2", "--num-epochs", "3", "--save-indices", {str(out)!r}]))
+        """)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert f"cannot write the sampling indices into {out}, none was written" in result.stderr
+    assert os.listdir(out) == []
+    # and the same call without the limit writes all four
+    assert subprocess.run([sys.executable, "-m", "mmidx_builder.cli", "samples", prefix, "--seq-length", "2",
+                           "--num-epochs", "3", "--save-indices", str(out)], capture_output=True).returncode == 0
+    assert sorted(os.listdir(out)) == ["document_index.npy", "meta.json", "sample_index.npy", "shuffle_index.npy"]
