@@ -261,7 +261,8 @@ def test_save_indices_on_a_full_disk_leaves_none_of_its_files(tmp_path):
         from mmidx_builder.cli import main
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead
         resource.setrlimit(resource.RLIMIT_FSIZE, (8192, 8192))  # document_index.npy fits
-        sys.exit(main(["samples", {prefix!r}, "--seq-length", "2", "--num-epochs", "3", "--save-indices", {str(out)!r}]))
+        sys.exit(main(["samples", {prefix!r}, "--seq-length", "2", "--num-epochs", "3",
+                       "--save-indices", {str(out)!r}]))
         """)
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
     assert f"cannot write the sampling indices into {out}, none was written" in result.stderr
