@@ -283,3 +283,14 @@ def test_a_relative_folder_with_relative_prefixes_is_joined_once(tmp_path, monke
     loaded = load_dataset("card", data_path=["0.5", "a_text_document", "0.5", "b_text_document"],
                           cache_dir=str(tmp_path / "c2"), **blend)
     assert loaded["input_ids"] == expected["input_ids"]
+
+
+@pytest.mark.parametrize("content, said", [
+    ("[[[[" * 50_000, "nested too deeply"), ("[1, 2]", "found a list"), ('{"train": {"a": 1}}', "found a dict"),
+    ('{"train": [0.3, "a_text_document", 0.7, "a_text_document"]}', "does not hold Megatron's --data-path tokens"),
+])
+def test_a_bad_per_split_file_is_one_parameter_error(tmp_path, content, said):
+    (tmp_path / "per_split.json").write_text(content)
+    with pytest.raises(ParameterError, match=said):
+        load_dataset("mmidx", megatron_args=f"--per-split-data-args-path {tmp_path / 'per_split.json'} {RUN}",
+                     cache_dir=str(tmp_path / "c"))

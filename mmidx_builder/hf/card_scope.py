@@ -35,7 +35,7 @@ PREFIX_SETTINGS = ("data_path", "train_data_path", "valid_data_path", "test_data
 
 def escapes(name: str) -> bool:
     """Whether ``name``, relative to a folder, may reach outside it (read lexically)."""
-    if is_remote(name) or os.path.isabs(name) or name.startswith(("/", "\\")) or re.match(r"[A-Za-z]:", name):
+    if is_remote(name) or os.path.isabs(name) or name.startswith(("/", "\\")) or re.match(r"[A-Za-z]:[\\/]", name):
         return True
     return ".." in re.split(r"[\\/]", name)
 

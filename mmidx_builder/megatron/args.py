@@ -108,7 +108,7 @@ def _file_blend(tokens, path: str, what: str) -> list[str]:
     except ParameterError:
         raise ParameterError(f"{what} {path}: does not hold Megatron's --data-path tokens (prefixes, or "
                              "weight/prefix pairs, each prefix once)") from None
-    return tokens if isinstance(tokens, list) else tokens.split()
+    return [str(t) for t in tokens] if isinstance(tokens, list) else tokens.split()
 
 
 def _read_tokens(path: str, what: str, opener=None) -> list[str]:
@@ -117,8 +117,9 @@ def _read_tokens(path: str, what: str, opener=None) -> list[str]:
 
 def _read_per_split(path: str, opener=None) -> dict:
     what = "--per-split-data-args-path"
+    text = _read_text(path, what, opener)
     try:
-        loaded = json.loads(_read_text(path, what, opener))
+        loaded = json.loads(text)
     except (ValueError, RecursionError) as error:
         # json's messages give a position, never the text.
         why = "nested too deeply" if isinstance(error, RecursionError) else error
@@ -129,8 +130,9 @@ def _read_per_split(path: str, opener=None) -> dict:
     per_split = {}
     for name in ("train", "valid", "test"):
         value = loaded.get(name)
-        if value is not None and not (isinstance(value, str) or (isinstance(value, list)
-                                                                 and all(isinstance(v, str) for v in value))):
+        tokens_ok = isinstance(value, list) and all(isinstance(v, (str, int, float)) and not isinstance(v, bool)
+                                                    for v in value)
+        if value is not None and not (isinstance(value, str) or tokens_ok):
             raise ParameterError(f"{what} {path}: {name!r} must be a list of tokens or one string, found a "
                                  f"{type(value).__name__}")
         per_split[f"{name}_data_path"] = None if value is None else _file_blend(value, path, f"{what} ({name})")
