@@ -297,8 +297,8 @@ def check_partners(idx_path: str, bin_path: str, opener=None) -> None:
     naming the one that is missing; a local one that is a FIFO or a directory is named as such."""
     for path in (idx_path, bin_path) if opener is None else ():
         kind = not_a_regular_file(path)
-        if kind:
-            raise FormatError(path, "file", "a regular file (one of a .bin/.idx pair)", kind)
+        if kind:  # no usable partner there (a MissingPartnerError, as before), but said as it is
+            raise MissingPartnerError(path, "file", "a regular file (one of a .bin/.idx pair)", kind)
     idx_there, bin_there = _exists(idx_path, opener), _exists(bin_path, opener)
     if not idx_there and not bin_there:
         raise MissingPartnerError(split_prefix(idx_path), "files", f"{idx_path} and {bin_path}", "neither exists")
