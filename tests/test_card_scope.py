@@ -33,7 +33,8 @@ def world(tmp_path):
     write_documents(outside / "secret_text_document", docs, dtype=np.uint16)
     (outside / "passwd").write_text(SECRET + "\n")
     (outside / "blend.txt").write_text(f"{outside / 'secret_text_document'}\n")
-    (outside / "per_split.json").write_text(json.dumps({"train": [str(outside / "secret_text_document")]}))
+    (outside / "per_split.json").write_text(json.dumps({"train": [str(outside / "secret_text_document")],
+                                                        "valid": None, "test": None}))
     ds = tmp_path / "ds"
     write_documents(ds / "a_text_document", docs[::-1], dtype=np.uint16)
     (ds / "x").mkdir()
@@ -286,8 +287,10 @@ def test_a_relative_folder_with_relative_prefixes_is_joined_once(tmp_path, monke
 
 
 @pytest.mark.parametrize("content, said", [
-    ("[[[[" * 50_000, "nested too deeply"), ("[1, 2]", "found a list"), ('{"train": {"a": 1}}', "found a dict"),
-    ('{"train": [0.3, "a_text_document", 0.7, "a_text_document"]}', "does not hold Megatron's --data-path tokens"),
+    ("[[[[" * 50_000, "nested too deeply"), ("[1, 2]", "found a list"),
+    ('{"train": {"a": 1}, "valid": null, "test": null}', "found a dict"),
+    ('{"train": [0.3, "a_text_document", 0.7, "a_text_document"], "valid": null, "test": null}',
+     "does not hold Megatron's --data-path tokens"),
 ])
 def test_a_bad_per_split_file_is_one_parameter_error(tmp_path, content, said):
     (tmp_path / "per_split.json").write_text(content)
