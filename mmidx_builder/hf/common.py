@@ -205,7 +205,7 @@ class BaseConfig(datasets.BuilderConfig):
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if f.type == "bool" and not isinstance(value, bool):
-                raise ParameterError(f"{f.name} must be true or false, got {value!r} ({type(value).__name__})")
+                raise ParameterError(f"{f.name} must be True or False, got {value!r} ({type(value).__name__})")
         if self.features is not None and not isinstance(self.features, datasets.Features):
             raise ParameterError(f"features must be datasets.Features, got {self.features!r} "
                                  f"({type(self.features).__name__})")

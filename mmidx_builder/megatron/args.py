@@ -108,7 +108,7 @@ def _file_blend(tokens, path: str, what: str) -> list[str]:
     except ParameterError:
         raise ParameterError(f"{what} {path}: does not hold Megatron's --data-path tokens (prefixes, or "
                              "weight/prefix pairs, each prefix once)") from None
-    return [str(t) for t in tokens] if isinstance(tokens, list) else tokens.split()
+    return tokens if isinstance(tokens, str) else [str(t) for t in tokens]
 
 
 def _read_tokens(path: str, what: str, opener=None) -> list[str]:
@@ -209,7 +209,8 @@ def inline_argument_files(command_line: str | list[str], opener=None) -> str:
             kept.append(token)
     for name in PATH_ARGUMENTS:
         if settings.get(name) is not None:
-            kept += [f"--{name.replace('_', '-')}", *settings[name]]
+            value = settings[name]
+            kept += [f"--{name.replace('_', '-')}", *(value.split() if isinstance(value, str) else value)]
     return shlex.join(kept)
 
 
