@@ -9,10 +9,13 @@ killed process is invisible to ``datasets`` (which skips hidden files) and to fo
 from __future__ import annotations
 
 import contextlib
+import errno
 import glob
+import hashlib
 import mmap
 import os
 import re
+import stat
 import uuid
 from typing import Callable, Iterator
 
@@ -21,15 +24,38 @@ from .errors import ConcurrentWriteError
 TEMPORARY_MARK = ".tmp-"
 
 
+# Bytes in one file name on Linux, macOS and Windows file systems (NAME_MAX).
+NAME_MAX = 255
+# What a temporary name adds after its stem: TEMPORARY_MARK, a pid (up to 10 digits), "-", 8 hex digits.
+_SUFFIX_BYTES = len(TEMPORARY_MARK) + 10 + 1 + 8
+
+
+def temporary_stem(path: str | os.PathLike) -> str:
+    """What every temporary name of ``path`` starts with: ``.NAME``; for a name too long to
+    take the suffix within NAME_MAX (a 240-byte name would fail with ENAMETOOLONG), the name
+    cut short and ``~`` and a hash of the whole name."""
+    folder, name = os.path.split(os.fspath(path))
+    encoded = os.fsencode(name)
+    if 1 + len(encoded) + _SUFFIX_BYTES <= NAME_MAX:
+        return os.path.join(folder, f".{name}")
+    digest = hashlib.sha256(encoded).hexdigest()[:8]
+    room = NAME_MAX - _SUFFIX_BYTES - len(digest) - 2  # the leading "." and the "~"
+    return os.path.join(folder, f".{os.fsdecode(encoded[:room])}~{digest}")
+
+
 def temporary_path(path: str | os.PathLike) -> str:
     """A hidden, unique sibling of ``path`` for writing before the rename."""
-    folder, name = os.path.split(os.fspath(path))
-    return os.path.join(folder, f".{name}{TEMPORARY_MARK}{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    return f"{temporary_stem(path)}{TEMPORARY_MARK}{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
 def remove_quietly(path: str) -> None:
-    with contextlib.suppress(FileNotFoundError):
+    try:
         os.remove(path)
+    except FileNotFoundError:
+        pass
+    except OSError as error:
+        if error.errno != errno.ENAMETOOLONG:  # a name too long to exist has nothing to remove
+            raise
 
 
 _TEMPORARY_PID = re.compile(re.escape(TEMPORARY_MARK) + r"(\d+)-")
@@ -111,8 +137,9 @@ class WriterLock:
     def __init__(self, name: str | os.PathLike):
         import fcntl  # POSIX only; imported here so that importing this module stays portable
 
-        folder, base = os.path.split(os.fspath(name))
-        self.path = os.path.join(folder, f".{base}{LOCK_SUFFIX}")
+        folder = os.path.dirname(os.fspath(name))
+        # Hidden, and cut and hashed like a temporary name when NAME.lock would pass NAME_MAX.
+        self.path = temporary_stem(name) + LOCK_SUFFIX
         self.name = os.fspath(name)
         if folder:
             os.makedirs(folder, exist_ok=True)
@@ -152,6 +179,59 @@ class WriterLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+def open_regular(path: str | os.PathLike, mode: str = "rb"):
+    """``open(path, "rb")`` for a local file that must be a regular file.
+
+    Why not plain ``open``: a FIFO in a file's place blocks that open forever, a directory
+    raises ``IsADirectoryError``, a device reads without end. The open does not block
+    (``O_NONBLOCK``) and anything but a regular file raises :class:`FormatError` saying what
+    it is. Symbolic links are followed (a Hub snapshot's files are links into ``blobs/``).
+    """
+    from .errors import FormatError
+
+    if mode != "rb":
+        raise ValueError(f"open_regular opens for binary reading only, not {mode!r}")
+    path = os.fspath(path)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        kind = os.fstat(fd).st_mode
+        if not stat.S_ISREG(kind):
+            raise FormatError(path, "file", "a regular file", _file_kind(kind))
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_small_file(path: str | os.PathLike, limit: int, opener: Callable | None = None) -> bytes:
+    """The bytes of a small file, at most ``limit`` (else :class:`FormatError`): a local regular
+    file (:func:`open_regular`), or what ``opener`` (``open``'s signature) opens."""
+    from .errors import FormatError
+
+    path = os.fspath(path)
+    with (opener or open_regular)(path, "rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise FormatError(path, "size", f"at most {limit:,} bytes", "more")
+    return data
+
+
+def not_a_regular_file(path: str | os.PathLike) -> str | None:
+    """What a local ``path`` is when it exists but is no regular file ("a FIFO (named pipe)",
+    "a directory"...), else None (a regular file, a link to one, or nothing there)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    return None if stat.S_ISREG(mode) else _file_kind(mode)
+
+
+def _file_kind(mode: int) -> str:
+    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
+             (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+    return next((name for test, name in kinds if test(mode)), "not a regular file")
 
 
 def is_remote(path: str | os.PathLike) -> bool:
@@ -201,7 +281,7 @@ def map_readonly(path: str | os.PathLike, expected_identity: str | None = None
     tells a truncation of the mapped file (reading a lost page is SIGBUS) from a rename of
     another file over the path (the mapped one lives on, unchanged).
     """
-    with open(path, "rb") as f:
+    with open_regular(path) as f:  # a FIFO in a file's place would block a plain open
         stat = os.fstat(f.fileno())
         identity = stat_identity(path, stat)
         if expected_identity is not None and identity != expected_identity:
@@ -210,6 +290,6 @@ def map_readonly(path: str | os.PathLike, expected_identity: str | None = None
     return mapped, stat.st_size, identity
 
 
-__all__ = ["WriterLock", "atomic_output", "file_identity", "is_remote", "map_readonly", "remove_quietly", "remove_stale_temporaries", "replaced_error",
-           "stat_identity",
-           "temporary_path", "write_atomically"]
+__all__ = ["WriterLock", "atomic_output", "file_identity", "is_remote", "map_readonly", "not_a_regular_file",
+           "open_regular", "read_small_file", "remove_quietly", "remove_stale_temporaries", "replaced_error",
+           "stat_identity", "temporary_path", "temporary_stem", "write_atomically"]

@@ -20,6 +20,7 @@ zlib and struct (:func:`histogram_png`).
 from __future__ import annotations
 
 import dataclasses
+import glob
 import hashlib
 import json
 import os
@@ -155,7 +156,24 @@ def find_splits(directory: str | os.PathLike) -> dict[str, list[str]]:
             splits[str(split)] = names
     if not splits:
         raise ParameterError(f"{base}: no .bin files found; a card describes a folder of .bin/.idx pairs")
+    _refuse_files_in_no_split(base, splits)
     return splits
+
+
+def _refuse_files_in_no_split(base: str, splits: dict[str, list[str]]) -> None:
+    """datasets infers splits from names (``valid/``, ``test.bin``...) and then skips a .bin that
+    matches none (a root ``train.bin`` beside a ``valid/`` folder): a card must not skip it silently."""
+    from datasets.data_files import DataFilesList
+
+    every = DataFilesList.from_patterns(["**"], base_path=base, allowed_extensions=[".bin"])
+    listed = {name for names in splits.values() for name in names}
+    left = sorted(name for name in (Path(f).relative_to(base).as_posix() for f in every if str(f).endswith(".bin"))
+                  if name not in listed)
+    if left:
+        raise ParameterError(f"{base}: {len(left)} .bin file(s) fall in no split ({', '.join(left[:5])}"
+                             f"{', ...' if len(left) > 5 else ''}): the split names datasets infers from the folder "
+                             f"({', '.join(splits)}) do not match them, so load_dataset would skip them. Name every "
+                             "pair by its split (train*, validation*, test*, or folders train/, valid/, test/)")
 
 
 def collect(directory: str | os.PathLike, settings: CardSettings) -> list[SplitFacts]:
@@ -314,13 +332,61 @@ def _provenance(directory: Path, settings: CardSettings) -> str:
     return "\n".join(lines)
 
 
-def _split_existing(text: str) -> tuple[dict, str]:
+def _read_existing(readme: Path):
+    """An existing README.md as (text, metadata), or (None, None) when there is none. Front
+    matter that cannot be read (not UTF-8, invalid YAML, a ``!!python`` tag, a list where a
+    mapping belongs, ``configs: 5``) is a ParameterError naming the file, not a traceback: the
+    card would be rewritten from it."""
+    import yaml
+    from datasets.utils.metadata import MetadataConfigs
+    from huggingface_hub import DatasetCard
+
+    if not readme.is_file():
+        return None, None
+    try:
+        text = readme.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ParameterError(f"{readme}: not UTF-8 text (byte {error.start:,}); fix the file or move it away "
+                             "and run again") from None
+    try:
+        data = DatasetCard(text, ignore_metadata_errors=True).data
+        MetadataConfigs.from_dataset_card_data(data)  # the configs we merge ours into
+    except (yaml.YAMLError, ValueError, TypeError, AttributeError) as error:
+        why = " ".join(str(error).split())[:200]
+        raise ParameterError(f"{readme}: its front matter (the YAML between the '---' lines) cannot be read as a "
+                             f"dataset card: {type(error).__name__}: {why}; fix it or move the file away and run "
+                             "again") from None
+    return text, data
+
+
+def _recorded_settings(readme: Path, body: str) -> dict:
+    """The settings the last run recorded in the card's comment, each of the type it must have."""
+    found = _SETTINGS_COMMENT.search(body)
+    if not found:
+        return {}
+    try:
+        recorded = json.loads(found.group(1))
+        if not isinstance(recorded, dict):
+            raise ValueError(f"a {type(recorded).__name__}, not an object")
+        CardSettings(**recorded)  # an unknown name raises TypeError
+    except (ValueError, TypeError) as error:
+        raise ParameterError(f"{readme}: the '<!-- mmidx card settings: ... -->' comment cannot be read "
+                             f"({error}); fix it or delete the line and run again") from None
+    types = {"seq_length": int, "seed": int, "num_epochs": int, "num_samples": int, "add_extra_token": bool}
+    for name, value in recorded.items():
+        wanted = types.get(name, str)
+        if value is not None and (not isinstance(value, wanted) or (wanted is int and isinstance(value, bool))):
+            raise ParameterError(f"{readme}: the '<!-- mmidx card settings -->' comment records {name}={value!r}; "
+                                 f"expected {wanted.__name__}; fix it or delete the line and run again")
+    return recorded
+
+
+def _split_existing(text: str, readme: Path = Path(README_NAME)) -> tuple[dict, str]:
     """(settings recorded by the last run, the hand-written part) of an existing card."""
     from huggingface_hub import DatasetCard
 
     body = DatasetCard(text, ignore_metadata_errors=True).text
-    found = _SETTINGS_COMMENT.search(body)
-    previous = json.loads(found.group(1)) if found else {}
+    previous = _recorded_settings(readme, body)
     if HAND_WRITTEN_MARKER in body:
         hand_written = body.split(HAND_WRITTEN_MARKER, 1)[1]
     else:
@@ -340,8 +406,8 @@ def render_card(directory: str | os.PathLike, settings: CardSettings | None = No
 
     directory = Path(directory)
     readme = directory / README_NAME
-    existing = readme.read_text(encoding="utf-8") if readme.is_file() else None
-    previous, hand_written = _split_existing(existing) if existing else ({}, "\n")
+    existing, existing_data = _read_existing(readme)
+    previous, hand_written = _split_existing(existing, readme) if existing else ({}, "\n")
     settings = (settings or CardSettings()).merged_with(previous)
     splits = collect(directory, settings)
     sample_length = settings.seq_length + int(settings.add_extra_token)
@@ -352,14 +418,15 @@ def render_card(directory: str | os.PathLike, settings: CardSettings | None = No
     dtype = dtypes.pop()
 
     # Metadata: a person's choices first, then what we generate, through datasets' serialisers.
-    data = DatasetCard(existing, ignore_metadata_errors=True).data if existing else DatasetCardData()
+    data = existing_data if existing else DatasetCardData()
     data.license = settings.license or data.license or "other"
     if settings.pretty_name or not data.pretty_name:
         data.pretty_name = settings.pretty_name or directory.resolve().name
     data.task_categories = data.task_categories or ["text-generation"]
     data.tags = list(dict.fromkeys((data.get("tags") or []) + ["mmidx", "megatron", "tokenized", "pretraining"]))
     data.size_categories = [size_category(sum(s.num_examples for s in splits))]
-    data_files = [{"split": s.name, "path": [p.bin_name for p in s.pairs]} for s in splits]
+    # Patterns to datasets: a name with glob characters (glob[1]*?_text_document) is escaped to match itself.
+    data_files = [{"split": s.name, "path": [glob.escape(p.bin_name) for p in s.pairs]} for s in splits]
     MetadataConfigs({"default": {"data_files": data_files, **settings.builder_kwargs()}}).to_dataset_card_data(data)
     info = DatasetInfo(
         features=sample_features(dtype, sample_length),

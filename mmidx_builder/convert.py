@@ -784,6 +784,9 @@ def convert(inputs: Sequence[str] | str, output_prefix: str, tokenizer: str | To
         raise ConvertError(f"--shard-index must lie in [0, --num-shards) = [0, {num_shards}), got {shard_index}")
     if workers < 1:
         raise ConvertError(f"--workers must be at least 1, got {workers}")
+    if isinstance(max_document_chars, bool) or not isinstance(max_document_chars, int) or max_document_chars < 0:
+        raise ConvertError(f"--max-document-chars must be a number of characters >= 0 (0: no limit), "
+                           f"got {max_document_chars!r}")
     planned = plan_inputs(inputs, one_document_per_file=one_document_per_file)
     if any(item.kind == "text" for item in planned) and len(keys) > 1:
         raise ConvertError(f"text inputs have one field; give one JSON key, not {keys}")

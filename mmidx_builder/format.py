@@ -38,7 +38,9 @@ from typing import IO, Callable, Iterable, Sequence
 import numpy as np
 
 from . import _io
-from ._io import TEMPORARY_MARK, WriterLock, file_identity, map_readonly, remove_quietly, temporary_path
+from ._io import (TEMPORARY_MARK, WriterLock,  # noqa: F401  (TEMPORARY_MARK: tests read it here)
+                  file_identity, map_readonly, not_a_regular_file, remove_quietly,
+                  temporary_path, temporary_stem)
 from .dtypes import DTYPE_TABLES, FAIRSEQ_DTYPES, MEGATRON_DTYPES, Flavour, dtype_code, smallest_dtype, writer_dtype  # noqa: F401
 from .errors import FormatError, MissingPartnerError, ParameterError
 from .source import Concatenated, check_pieces, combined_identity, first_bad
@@ -324,7 +326,11 @@ def _exists(path: str, opener) -> bool:
 
 def check_partners(idx_path: str, bin_path: str, opener=None) -> None:
     """Both files of a pair exist (through ``opener`` when given), else a MissingPartnerError
-    naming the one that is missing."""
+    naming the one that is missing; a local one that is a FIFO or a directory is named as such."""
+    for path in (idx_path, bin_path) if opener is None else ():
+        kind = not_a_regular_file(path)
+        if kind:  # no usable partner there (a MissingPartnerError, as before), but said as it is
+            raise MissingPartnerError(path, "file", "a regular file (one of a .bin/.idx pair)", kind)
     idx_there, bin_there = _exists(idx_path, opener), _exists(bin_path, opener)
     if not idx_there and not bin_there:
         raise MissingPartnerError(split_prefix(idx_path), "files", f"{idx_path} and {bin_path}", "neither exists")
@@ -634,7 +640,10 @@ def remove_stale_temporaries(prefix: str) -> list[str]:
     """Removes temporary files that a killed writer of ``prefix`` left (its process is gone);
     returns their paths. Current writers use hidden names; older ones wrote visible ones."""
     folder, name = os.path.split(prefix)
-    return _io.remove_stale_temporaries(folder, (glob.escape(name) + ".bin", glob.escape(name) + ".idx"))
+    names = [name + ext for ext in (".bin", ".idx")]
+    # A name near NAME_MAX takes a cut and hashed temporary stem (_io.temporary_stem): those too.
+    stems = [os.path.basename(temporary_stem(os.path.join(folder, n)))[1:] for n in names]
+    return _io.remove_stale_temporaries(folder, tuple(dict.fromkeys(glob.escape(n) for n in names + stems)))
 
 
 class IndexedFileWriter:

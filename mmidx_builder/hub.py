@@ -140,8 +140,9 @@ def plan_upload(directory: str | os.PathLike, repo_id: str, settings: CardSettin
         rendered = render_card(directory, dataclasses.replace(settings or CardSettings(), repo_id=repo_id))
         generated = {README_NAME: len(rendered.text.encode("utf-8")), HISTOGRAM_NAME: len(rendered.histogram_png)}
     except ParameterError as error:  # e.g. a split too small for the default seq_length
-        problem = f"{error} (pass --seq-length)"
+        problem = f"{error}" + (" (pass --seq-length)" if "seq_length" in str(error) else "")
         generated = {README_NAME: 0, HISTOGRAM_NAME: 0}
+    problem = problem or _unwritable(directory)
     files = []
     for relative, size, ignored in _local_files(directory):
         if relative in generated:
@@ -153,6 +154,16 @@ def plan_upload(directory: str | os.PathLike, repo_id: str, settings: CardSettin
     files.sort(key=lambda f: f.path)
     return UploadPlan(directory=str(directory), repo_id=repo_id, files=files, pairs=pairs, card=rendered,
                       card_problem=problem)
+
+
+def _unwritable(directory: Path) -> str | None:
+    """Why the card cannot be written into ``directory`` (a read-only folder or card), or None:
+    the upload writes it first, and a dry run must say so rather than the upload fail there."""
+    for path in (directory, *(directory / name for name in (README_NAME, HISTOGRAM_NAME))):
+        if (path == directory or path.exists()) and not os.access(path, os.W_OK):
+            return (f"{path} is not writable, and the upload writes the generated card ({README_NAME}, "
+                    f"{HISTOGRAM_NAME}) into the folder first; make it writable or upload a writable copy")
+    return None
 
 
 def _transport_errors() -> tuple[type[BaseException], ...]:
@@ -209,7 +220,8 @@ def upload(directory: str | os.PathLike, repo_id: str, *, private: bool = False,
     settings = dataclasses.replace(settings or CardSettings(), repo_id=repo_id)
     plan = plan_upload(directory, repo_id, settings)
     hub = _hub()
-    token = hub.get_token()
+    # An HfApi made with a token uploads with that token, as its own methods do.
+    token = getattr(api, "token", None) or hub.get_token()
     if dry_run:
         echo(plan.describe())
         echo("dry run: nothing written, nothing sent; token " + (

@@ -37,6 +37,7 @@ uses this module.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
@@ -49,13 +50,15 @@ import xxhash
 
 from .errors import FormatError
 from .format import SIDECAR_SUFFIX, split_prefix
-from ._io import file_identity, is_remote, write_atomically
+from ._io import file_identity, is_remote, read_small_file, write_atomically
 
 logger = logging.getLogger(__name__)
 
 SIDECAR_VERSION = 1
 INFO_KEY = "mmidx"
 INFO_VERSION = 1
+# A sidecar is a few hundred bytes; anything larger is not one (and is not read whole).
+SIDECAR_LIMIT = 1 << 20
 # Fields a sidecar holds, with the types each may take.
 _SIDECAR_FIELDS = {"tokenizer": (str, type(None)), "vocab_size": (int, type(None)),
                    "eod_id": (int, type(None)), "append_eod": (bool,)}
@@ -114,10 +117,14 @@ def parse_sidecar(text: str | bytes, path: str) -> dict:
 
 def _parse_sidecar(text: str | bytes, path: str) -> tuple[dict, dict | None]:
     """(fields, the ``pair`` it describes or None for older sidecars)."""
+    if len(text) > SIDECAR_LIMIT:
+        raise FormatError(path, "size", f"at most {SIDECAR_LIMIT:,} bytes", f"{len(text):,}")
     try:
         record = json.loads(text)
     except (ValueError, UnicodeDecodeError) as error:
         raise FormatError(path, "sidecar", "a JSON object", f"text that is not JSON ({error})") from None
+    except RecursionError:  # a sidecar is flat; json recurses once per nesting level
+        raise FormatError(path, "sidecar", "a flat JSON object", "JSON nested too deeply to parse") from None
     if not isinstance(record, dict):
         raise FormatError(path, "sidecar", "a JSON object", type(record).__name__)
     if record.get("mmidx_info") != SIDECAR_VERSION:
@@ -157,10 +164,14 @@ def read_sidecar(prefix: str | os.PathLike) -> dict | None:
     generation of the pair (then with a warning)."""
     path = sidecar_path(prefix)
     try:
-        with open(path, "rb") as f:
-            fields, pair = _parse_sidecar(f.read(), path)
+        text = read_small_file(path, SIDECAR_LIMIT)  # a FIFO or a directory is refused, not waited on
     except FileNotFoundError:
         return None
+    except OSError as error:
+        if error.errno == errno.ENAMETOOLONG:  # a pair named near NAME_MAX: no sidecar name fits beside it
+            return None
+        raise
+    fields, pair = _parse_sidecar(text, path)
     return _of_this_pair(fields, pair, path, split_prefix(os.fspath(prefix)) + ".idx")
 
 
@@ -189,7 +200,7 @@ def _fetch_sidecar(bin_path: str, dl_manager, opener) -> dict | None:
     try:
         local = dl_manager.download(path) if dl_manager is not None else path
         with opener(local, "rb") as f:
-            text = f.read()
+            text = f.read(SIDECAR_LIMIT + 1)
     except Exception as error:  # noqa: BLE001  (fsspec/HTTP/Hub errors differ by backend; all mean "none")
         logger.debug("no sidecar at %s: %s", path, error)
         return None

@@ -30,6 +30,7 @@ import hashlib
 import json
 import operator
 import os
+import shutil
 import warnings
 from dataclasses import dataclass
 from typing import Iterator
@@ -37,6 +38,7 @@ from typing import Iterator
 import numpy as np
 
 from . import array_cache
+from ._io import temporary_path
 from .errors import ParameterError
 
 __all__ = [
@@ -399,12 +401,26 @@ def _save_cached(paths: dict[str, str], indices: SamplingIndices) -> None:
 
 def save_indices(indices: SamplingIndices, directory: str | os.PathLike) -> list[str]:
     """Writes ``document_index.npy``, ``sample_index.npy``, ``shuffle_index.npy`` (no pickle)
-    and ``meta.json`` into ``directory``, each atomically; returns the paths."""
+    and ``meta.json`` into ``directory``, all or none: they are written into a hidden
+    temporary folder there and moved into place only once every one is whole (a full disk
+    leaves none of them, not two of four). Returns the paths."""
     directory = os.fspath(directory)
-    paths = {name: os.path.join(directory, f"{name}.npy") for name in _ARRAY_NAMES}
-    paths["meta"] = os.path.join(directory, "meta.json")
-    _save_cached(paths, indices)
-    return list(paths.values())
+    os.makedirs(directory, exist_ok=True)
+    staging = temporary_path(os.path.join(directory, "save-indices"))
+    try:
+        paths = {name: os.path.join(staging, f"{name}.npy") for name in _ARRAY_NAMES}
+        paths["meta"] = os.path.join(staging, "meta.json")
+        try:
+            _save_cached(paths, indices)
+        except OSError as error:  # numpy says only "1200 requested and 992 written"
+            raise OSError(error.errno, f"cannot write the sampling indices into {directory}, none was written "
+                                       f"({error.strerror or error})") from error
+        names = sorted(os.listdir(staging))
+        for name in names:
+            os.replace(os.path.join(staging, name), os.path.join(directory, name))
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return [os.path.join(directory, name) for name in names]
 
 
 def load_or_build_indices(sequence_lengths, *, cache_dir: str | os.PathLike | None, identity: str,

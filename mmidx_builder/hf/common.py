@@ -24,6 +24,7 @@ reads remote files.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import os
@@ -295,6 +296,14 @@ class BaseConfig(datasets.BuilderConfig):
         ``load_dataset`` sets call kwargs on a copied config with setattr, past __post_init__."""
         check_integer("num_shards", self.num_shards, 1)
         check_integer("max_remote_cache_bytes", self.max_remote_cache_bytes, 1)
+        # A card's YAML can give any type: "no" is a true string, and 'no' a string.
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.type == "bool" and not isinstance(value, bool):
+                raise ParameterError(f"{f.name} must be True or False, got {value!r} ({type(value).__name__})")
+        if self.features is not None and not isinstance(self.features, datasets.Features):
+            raise ParameterError(f"features must be datasets.Features, got {self.features!r} "
+                                 f"({type(self.features).__name__})")
 
 
 class BaseBuilder(datasets.ArrowBasedBuilder):

@@ -27,12 +27,13 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import os
 
 import datasets
 
-from .._io import is_remote
+from datasets import DownloadConfig
+
 from ..errors import ParameterError
+from .card_scope import scoped_card
 from .registry import FRONT_DOOR, KIND_MODULES, with_card_config
 
 logger = datasets.utils.logging.get_logger(__name__)
@@ -98,11 +99,12 @@ class MMIdx(datasets.ArrowBasedBuilder):
             # A card must not choose where we write: only the caller may.
             logger.warning("ignoring index_cache_dir from the dataset card's configs; pass index_cache_dir= "
                            "yourself to choose where sampling indices are cached")
-        if base is not None and kwargs.get("data_files") is None:
-            _check_inside(base.data_files, kwargs.get("base_path"))
-        if base is not None:
-            _check_card_prefixes(card, kwargs.get("base_path"))
         call = {name: kwargs.pop(name) for name in _ALL_FIELDS if kwargs.get(name) is not None}
+        if base is not None:
+            given = {**call, **{k: kwargs[k] for k in ("data_files", "data_dir") if kwargs.get(k) is not None}}
+            download_config = DownloadConfig(token=kwargs.get("token"),
+                                             storage_options=kwargs.get("storage_options") or {})
+            card = scoped_card(card, base.data_files, base.data_dir, given, kwargs.get("base_path"), download_config)
         for name in _ALL_FIELDS:
             kwargs.pop(name, None)
         data_files = kwargs.get("data_files") or (base.data_files if base is not None else None)
@@ -118,39 +120,6 @@ class MMIdx(datasets.ArrowBasedBuilder):
         config = kind.BUILDER_CONFIG_CLASS(name=base.name, data_files=base.data_files, data_dir=base.data_dir, **card)
         configured = with_card_config(kind, config, kwargs.get("dataset_name") or FRONT_DOOR)
         return configured(**kwargs, **call)
-
-
-def _check_inside(data_files, base_path) -> None:
-    """Data files a card names must lie in the dataset's own folder (a Hub repo's are checked
-    by datasets); a caller's own data_files may be anywhere."""
-    if not data_files or not base_path or is_remote(base_path):
-        return
-    root = os.path.realpath(base_path)
-    for files in data_files.values():
-        for f in map(str, files):
-            # Unresolved patterns at this point: relative ones are relative to the folder.
-            if not is_remote(f) and os.path.commonpath([root, os.path.realpath(os.path.join(root, f))]) != root:
-                raise ParameterError(f"the dataset card's configs name {f}, outside the dataset folder {root}; "
-                                     "a card may only name files inside its folder (pass data_files= yourself "
-                                     "to load files from elsewhere)")
-
-
-def _check_card_prefixes(card: dict, base_path) -> None:
-    """Megatron prefixes a card names (data_path and the per-split paths) must lie in the
-    dataset's folder too; a caller's own may be anywhere."""
-    from ..megatron.blend import parse_data_path
-
-    for name in ("data_path", "train_data_path", "valid_data_path", "test_data_path"):
-        if card.get(name) is not None:
-            prefixes = parse_data_path(card[name], name).prefixes
-            if base_path and is_remote(base_path):  # a repo: relative paths that stay inside it
-                escaping = [p for p in prefixes if is_remote(p) or p.startswith("/")
-                            or os.path.normpath(p).startswith("..")]
-                if escaping:
-                    raise ParameterError(f"the dataset card's configs name {escaping[0]}, outside the repository; "
-                                         "a card may only name files inside its repository")
-            else:
-                _check_inside({name: [p + ".bin" for p in prefixes]}, base_path or ".")
 
 
 def _card_config(cls, config_name):

@@ -146,12 +146,13 @@ class MMIdxMegatron(GPTSamplesBuilder):
         return False
 
     def _locate(self, prefix: str) -> str:
-        """A prefix as given, or joined to the folder / repo ``load_dataset`` was given."""
+        """A prefix as given, or joined to the folder / repo ``load_dataset`` was given. A local
+        result is absolute: the download manager joins a relative path to the folder again."""
         if is_remote(prefix) or os.path.isabs(prefix) or not self.base_path:
             return prefix
         if is_remote(self.base_path):
             return posixpath.join(self.base_path, prefix)
-        return os.path.join(self.base_path, prefix)
+        return os.path.abspath(os.path.join(self.base_path, prefix))
 
     def _identity_paths(self, config) -> list[str]:
         try:

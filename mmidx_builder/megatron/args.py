@@ -21,6 +21,12 @@ picks one (versions.py). Every other
 argument is ignored; names this module does not know as Megatron's are listed in a warning.
 A command line is parsed with argparse because it is one (the library's own API takes plain
 keyword arguments).
+
+The argument files are read as small regular files (a FIFO or a device in their place is
+refused, not read without end), and an error about what one holds never quotes it: the
+file may be any file on the machine. :func:`inline_argument_files` puts their tokens into
+the command line itself, so that a dataset card's command line names every path it reaches
+(hf/card_scope.py checks them).
 """
 
 from __future__ import annotations
@@ -30,7 +36,8 @@ import json
 import shlex
 import warnings
 
-from ..errors import ParameterError
+from .._io import read_small_file
+from ..errors import FormatError, ParameterError
 from .versions import check_arguments_exist, check_version, null_tokenizer_ids, rampup_train_iters
 
 # Megatron arguments known not to change which samples come in which order (model, optimiser,
@@ -77,12 +84,63 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _read_tokens(path: str, what: str, opener=open) -> list[str]:
+# An argument file lists prefixes (or per-split lists, as JSON): far below this.
+ARGUMENT_FILE_LIMIT = 64 << 20
+# The arguments that name files: prefixes (with weights), and files of such tokens.
+PATH_ARGUMENTS = ("data_path", "train_data_path", "valid_data_path", "test_data_path")
+FILE_ARGUMENTS = ("data_args_path", "per_split_data_args_path")
+
+
+def _read_text(path: str, what: str, opener=None) -> str:
+    """An argument file's text. ``opener`` (``open``'s signature) reads a remote file; None, a local one."""
     try:
-        with opener(path, "r", encoding="utf-8") as f:
-            return f.read().split()
+        data = read_small_file(path, ARGUMENT_FILE_LIMIT, opener)
+        return data.decode("utf-8")
+    except FormatError as error:
+        raise ParameterError(f"{what} {error}") from None
     except OSError as error:
-        raise ParameterError(f"{what} {path}: cannot read it ({error})") from None
+        raise ParameterError(f"{what} {path}: cannot read it ({error.strerror or type(error).__name__})") from None
+    except UnicodeDecodeError as error:
+        raise ParameterError(f"{what} {path}: not UTF-8 text (byte {error.start:,}); expected Megatron's "
+                             "--data-path tokens") from None
+
+
+def _file_blend(tokens, path: str, what: str) -> list[str]:
+    """``tokens`` read from an argument file, checked as a blend now: a later error about them
+    would quote them, and the file may be anything on the machine."""
+    from .blend import parse_data_path
+
+    try:
+        parse_data_path(tokens, what)
+    except ParameterError:
+        raise ParameterError(f"{what} {path}: does not hold Megatron's --data-path tokens (prefixes, or "
+                             "weight/prefix pairs, each prefix once)") from None
+    return tokens if isinstance(tokens, str) else [str(t) for t in tokens]
+
+
+def _read_tokens(path: str, what: str, opener=None) -> list[str]:
+    return _file_blend(_read_text(path, what, opener).split(), path, what)
+
+
+def _read_per_split(path: str, opener=None) -> dict:
+    what = "--per-split-data-args-path"
+    text = _read_text(path, what, opener)
+    try:
+        loaded = json.loads(text)
+    except (ValueError, RecursionError) as error:
+        # json's messages give a position, never the text.
+        why = "nested too deeply" if isinstance(error, RecursionError) else error
+        raise ParameterError(f"{what} {path}: not JSON ({why})") from None
+    per_split = {}
+    for key, value in _per_split_paths(loaded, path).items():  # Megatron-LM's object and key rules
+        name = key[:-len("_data_path")]
+        tokens_ok = isinstance(value, list) and all(isinstance(v, (str, int, float)) and not isinstance(v, bool)
+                                                    for v in value)
+        if value is not None and not (isinstance(value, str) or tokens_ok):
+            raise ParameterError(f"{what} {path}: {name!r} must be a list of tokens or one string, found a "
+                                 f"{type(value).__name__}")
+        per_split[f"{name}_data_path"] = None if value is None else _file_blend(value, path, f"{what} ({name})")
+    return per_split
 
 
 def _eval_samples(args, global_batch_size: int) -> int | None:
@@ -104,17 +162,70 @@ def _eval_samples(args, global_batch_size: int) -> int | None:
     return points * eval_iters * eval_batch
 
 
-def settings_from_megatron_args(command_line: str | list[str], opener=open,
-                                megatron_version: str | None = None) -> dict:
-    """The builder settings a Megatron command line implies (module docstring), plus
-    ``collator_flags``: MegatronCollator's keyword arguments for the same run, as Megatron-LM
-    ``megatron_version`` ("core_v0.16" or "core_v0.19", the default) derives them."""
-    version = check_version(megatron_version)
-    tokens = shlex.split(command_line) if isinstance(command_line, str) else [str(t) for t in command_line]
+def _is_number(token: str) -> bool:
     try:
+        float(token)
+    except ValueError:
+        return False
+    return True
+
+
+def _parse(command_line: str | list[str]):
+    """The tokens, argparse's namespace and the tokens it did not know."""
+    if not isinstance(command_line, (str, list, tuple)):
+        raise ParameterError(f"megatron_args must be a command line (a string or a list of tokens), "
+                             f"got {type(command_line).__name__}")
+    try:
+        tokens = shlex.split(command_line) if isinstance(command_line, str) else [str(t) for t in command_line]
         args, rest = _parser().parse_known_args(tokens)
     except (argparse.ArgumentError, ValueError) as error:
         raise ParameterError(f"megatron_args: {error}") from None
+    return tokens, args, rest
+
+
+def named_paths(command_line: str | list[str]) -> dict[str, list[str]]:
+    """What each path-bearing argument of a command line names, before any file is read:
+    the tokens of --data-path and the per-split paths (weights among them), and the argument files."""
+    _, args, _ = _parse(command_line)
+    named = {name: getattr(args, name) for name in PATH_ARGUMENTS if getattr(args, name)}
+    named.update({name: [getattr(args, name)] for name in FILE_ARGUMENTS if getattr(args, name) is not None})
+    return named
+
+
+def inline_argument_files(command_line: str | list[str], opener=None) -> str:
+    """The command line with ``--data-args-path FILE`` and ``--per-split-data-args-path FILE``
+    replaced by the tokens the files hold (as ``--data-path ...``, ``--train-data-path ...``),
+    read through ``opener``; every other token kept. Refuses what settings_from_megatron_args refuses."""
+    tokens, args, _ = _parse(command_line)
+    if all(getattr(args, name) is None for name in FILE_ARGUMENTS):
+        return command_line if isinstance(command_line, str) else shlex.join(tokens)
+    settings = settings_from_megatron_args(tokens, opener)
+    spelled = {f"--{name.replace('_', '-')}" for name in (*FILE_ARGUMENTS, *PATH_ARGUMENTS)}
+    kept, skipping = [], False
+    for token in tokens:
+        option = token.split("=", 1)[0]
+        if option in spelled:
+            skipping = "=" not in token
+        elif skipping and not (token.startswith("-") and not _is_number(token)):
+            continue  # a value of the argument replaced (argparse stops at the next option)
+        else:
+            skipping = False
+            kept.append(token)
+    for name in PATH_ARGUMENTS:
+        if settings.get(name) is not None:
+            value = settings[name]
+            kept += [f"--{name.replace('_', '-')}", *(value.split() if isinstance(value, str) else value)]
+    return shlex.join(kept)
+
+
+def settings_from_megatron_args(command_line: str | list[str], opener=None,
+                                megatron_version: str | None = None) -> dict:
+    """The builder settings a Megatron command line implies (module docstring), plus
+    ``collator_flags``: MegatronCollator's keyword arguments for the same run, as Megatron-LM
+    ``megatron_version`` ("core_v0.16" or "core_v0.19", the default) derives them. ``opener``
+    (``open``'s signature) reads the argument files; by default they are local files."""
+    version = check_version(megatron_version)
+    tokens, args, rest = _parse(command_line)
     check_arguments_exist({t.split("=")[0] for t in tokens if t.startswith("--")}, version)
     unknown = sorted({t[2:].split("=")[0] for t in rest if t.startswith("--")} - IGNORED)
     if unknown:
@@ -141,12 +252,7 @@ def settings_from_megatron_args(command_line: str | list[str], opener=open,
     per_split = {"train_data_path": args.train_data_path, "valid_data_path": args.valid_data_path,
                  "test_data_path": args.test_data_path}
     if args.per_split_data_args_path is not None:
-        try:
-            with opener(args.per_split_data_args_path, "r", encoding="utf-8") as f:
-                loaded = json.load(f)
-        except (OSError, ValueError) as error:
-            raise ParameterError(f"--per-split-data-args-path {args.per_split_data_args_path}: {error}") from None
-        per_split = _per_split_paths(loaded, args.per_split_data_args_path)
+        per_split = _read_per_split(args.per_split_data_args_path, opener)
     if args.train_samples and args.train_iters is not None:
         raise ParameterError("megatron_args: give --train-samples or --train-iters, not both (Megatron-LM refuses both)")
     if args.step_batch_size_schedule is not None:
@@ -212,4 +318,5 @@ def _per_split_paths(loaded, path: str) -> dict:
     return {f"{name}_data_path": loaded[name] for name in ("train", "valid", "test")}
 
 
-__all__ = ["settings_from_megatron_args"]
+__all__ = ["inline_argument_files", "named_paths", "settings_from_megatron_args"]
+
