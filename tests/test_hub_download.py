@@ -353,7 +353,9 @@ def test_a_connection_dropped_mid_response_is_retried(local_hub, published, cach
                                                          cache_dir=cache)))
         np.testing.assert_array_equal(got, expected)
         assert not any(local_hub.cut.values())
-        cut_short = [d for d in local_hub.downloads[first:] if d.sent < d.stop - d.start]
+        # Counted on the server: a client that gives up on a slow response itself (its timeout
+        # is half a second here) also leaves short responses, and those are not the faults.
+        cut_short = [d for d in local_hub.downloads[first:] if d.cut and d.sent < d.stop - d.start]
         assert len(cut_short) == 2, "both broken responses reached the client"
 
 
