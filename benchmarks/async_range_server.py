@@ -10,7 +10,7 @@ they do at a real endpoint, and the server's Python does not share the client's 
     with AsyncRangeServer(folder) as server:       # starts the process, waits for its port
         server.configure(latency=0.025)            # seconds before each answer; bandwidth=bytes/s
         ... server.url + "/file.bin" ...
-        server.stats()                             # {"requests": {name: GETs}, "sent": {name: bytes}}
+        server.stats()      # {"requests": {name: GETs}, "sent": {name: bytes of ranged answers}, "unranged": ...}
 
 Answers as tests/range_server.py does: single ranges (206 + Content-Range), ETag from size
 and mtime, 412 for a mismatching If-Match; counts GETs and body bytes by file name.
@@ -31,17 +31,18 @@ import urllib.request
 def serve(folder: str) -> None:
     from aiohttp import web
 
-    state = {"latency": 0.0, "bandwidth": None, "requests": {}, "sent": {}, "in_flight": 0, "max_in_flight": 0}
+    state = {"latency": 0.0, "bandwidth": None, "requests": {}, "sent": {}, "unranged": {}, "in_flight": 0,
+             "max_in_flight": 0}
 
     async def control(request):
         settings = await request.json()
         if settings.pop("reset", False):
-            state["requests"], state["sent"], state["max_in_flight"] = {}, {}, 0
+            state["requests"], state["sent"], state["unranged"], state["max_in_flight"] = {}, {}, {}, 0
         state.update({k: v for k, v in settings.items() if k in ("latency", "bandwidth")})
         return web.json_response({})
 
     async def stats(request):
-        return web.json_response({k: state[k] for k in ("requests", "sent", "max_in_flight")})
+        return web.json_response({k: state[k] for k in ("requests", "sent", "unranged", "max_in_flight")})
 
     async def file(request):
         state["in_flight"] += 1
@@ -80,13 +81,25 @@ def serve(folder: str) -> None:
         if request.method == "HEAD":
             headers["Content-Length"] = str(stop - start)
             return web.Response(status=status, headers=headers)
-        with open(path, "rb") as f:
-            body = os.pread(f.fileno(), stop - start, start)
-        if state["bandwidth"]:
-            await asyncio.sleep(len(body) / state["bandwidth"])
+        # Streamed in chunks and counted as written: a client that reads a response's head and
+        # hangs up (fsspec's existence probe is a GET without Range) has not been sent the rest.
         state["requests"][name] = state["requests"].get(name, 0) + 1
-        state["sent"][name] = state["sent"].get(name, 0) + len(body)
-        return web.Response(status=status, body=body, headers=headers)
+        counter = state["sent"] if status == 206 else state["unranged"]
+        response = web.StreamResponse(status=status, headers=headers)
+        response.content_length = stop - start
+        await response.prepare(request)
+        with open(path, "rb") as f:
+            for at in range(start, stop, 1 << 20):
+                chunk = os.pread(f.fileno(), min(1 << 20, stop - at), at)
+                if state["bandwidth"]:
+                    await asyncio.sleep(len(chunk) / state["bandwidth"])
+                try:
+                    await response.write(chunk)
+                except (ConnectionResetError, RuntimeError):
+                    return response
+                counter[name] = counter.get(name, 0) + len(chunk)
+        await response.write_eof()
+        return response
 
     app = web.Application()
     app.router.add_post("/__control", control)

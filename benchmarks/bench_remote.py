@@ -97,7 +97,7 @@ def run_row(spec: dict) -> dict:
             if first is None:
                 first = time.perf_counter()
             count += n
-            if count >= spec["samples"]:
+            if spec["samples"] and count >= spec["samples"]:
                 break
         end = time.perf_counter()
         passes[name] = {"first": first - (started if name == "cold" else begin), "rate": count / (end - begin),
@@ -147,9 +147,11 @@ def in_subprocess(spec: dict, env: dict | None = None) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tokens", type=float, default=10e6, help="corpus tokens (default 10M: a 20 MB .bin)")
-    parser.add_argument("--samples", type=int, default=3000,
-                        help="samples streamed per row: several of the 1,000-row tables a gather makes")
-    parser.add_argument("--s3-samples", type=int, default=1000, help="samples per moto row (moto is slow)")
+    parser.add_argument("--samples", type=int, default=0,
+                        help="samples streamed per pass (default 0: the whole split, so that nothing read ahead"
+                             " is left unread when a pass stops, and the bytes column is what the samples need)")
+    parser.add_argument("--s3-samples", type=int, default=0, help="samples per pass on moto (0: the whole split)")
+    parser.add_argument("--megatron-samples", type=int, default=1000, help="samples read by _S3BinReader")
     parser.add_argument("--latencies", default="0,25,100", help="ms added to every request")
     parser.add_argument("--bandwidth", type=float, default=None, help="bytes/s per response on the HTTP server")
     parser.add_argument("--backends", default="aio,http,hub,s3",
@@ -242,13 +244,13 @@ def main() -> None:
             s3.sent.clear()
             env = {"AWS_ENDPOINT_URL": s3.url, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
                    "AWS_DEFAULT_REGION": "us-east-1"}
-            result = in_subprocess(spec("s3://bench/data/corpus", args.s3_samples, megatron=True, local_prefix=prefix,
+            result = in_subprocess(spec("s3://bench/data/corpus", args.megatron_samples, megatron=True, local_prefix=prefix,
                                         idx_cache=os.path.join(work, "megatron_idx")), env)
             rows.append(("megatron _S3BinReader (moto)", 25.0, result, s3.gets.get("data/corpus.bin"),
                          s3.sent.get("data/corpus.bin"), args.s3_samples))
 
     print(f"corpus: {args.tokens / 1e6:.0f}M tokens, lognormal documents (mean 500), seq_length {SEQ}; "
-          f"{args.samples} samples per pass ({args.s3_samples} on moto), 3 passes per row; "
+          f"{args.samples or 'all'} samples per pass ({args.s3_samples or 'all'} on moto), 3 passes per row; "
           f"read_ahead_bytes {DEFAULT_READ_AHEAD_MB} MiB\n")
     print("| source | ms/request | rows/s | x local rows | batches: samples/s | x local batches | "
           "first sample (s) | requests/1,000 samples | bytes x needed | peak MB | read-ahead peak MB |")

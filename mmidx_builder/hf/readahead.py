@@ -130,6 +130,7 @@ class ReadAhead:
         self._row_bytes = 0  # the largest bytes per row seen; 0: nothing made yet, nothing made ahead
         self._last = None  # the shard the last call started at
         self._stride = 0
+        self._frontier = None  # (stride, shard): the walk's shards before it have been submitted
 
     def __call__(self, rows: np.ndarray):
         ((_, table),) = self.tables([(None, rows)])
@@ -171,6 +172,8 @@ class ReadAhead:
                 shard = i
         with self._lock:
             step = shard - self._last if shard is not None and self._last is not None else 0
+            if step <= 0 or step != self._stride:  # a new walk: its frontier is not known
+                self._frontier = None
             self._last, self._stride = shard, max(step, 0)
         return shard
 
@@ -192,23 +195,28 @@ class ReadAhead:
         gather: its pieces are planned and fetched together, and close ones merge into one
         request), then cut back into the tables asked for."""
         group, size, own = [], 0, 0  # own: the call's batches the group stands for (some may be under way)
+        first_shard = failed_at = None  # the layout shard the group starts at; where scheduling stopped
 
         def flush() -> bool:
-            nonlocal group, size, own
+            nonlocal group, size, own, failed_at
             ok = not group or self._submit(group)
             if ok:
                 call["scheduled"] += own
+            else:
+                failed_at = first_shard
             group, size, own = [], 0, 0
             return ok
 
-        def add(rows, is_own: bool) -> bool:  # False: the bound is reached
-            nonlocal size, own
+        def add(rows, is_own: bool, shard=None) -> bool:  # False: the bound is reached
+            nonlocal size, own, first_shard
             if _key(rows) not in self._pending:
                 with self._lock:
                     room = (self.limit_bytes - self._held) // self._row_bytes if self._row_bytes else 0
                 if group and size + len(rows) > min(self._rows_per_table, room):
                     if not flush():
                         return False
+                if not group:
+                    first_shard = shard
                 group.append(rows)
                 size += len(rows)
             own += is_own
@@ -232,14 +240,25 @@ class ReadAhead:
         shard, last = call["shard"], call["last"]
         if shard is None or not self._stride or not isinstance(last, tuple) or last[1] != self._layout[shard][1]:
             return  # not one whole shard of a steady walk: what comes next is not known
-        following = shard + self._stride
+        stride = self._stride
+        following = shard + stride
+        with self._lock:  # shards up to the frontier of this walk are under way or handed out
+            frontier = self._frontier
+        if frontier is not None and frontier[0] == stride and frontier[1] > following \
+                and (frontier[1] - following) % stride == 0:
+            following = frontier[1]
         while following < len(self._layout):
             start, stop = self._layout[following]
             for first in range(start, stop, self._rows_per_table):
-                if not add(np.arange(first, min(first + self._rows_per_table, stop), dtype=np.int64), False):
+                if not add(np.arange(first, min(first + self._rows_per_table, stop), dtype=np.int64), False, following):
+                    with self._lock:
+                        self._frontier = (stride, failed_at if failed_at is not None else following)
                     return
-            following += self._stride
-        flush()
+            following += stride
+        if not flush():
+            following = failed_at
+        with self._lock:
+            self._frontier = (stride, following)
 
     # --- the tables ------------------------------------------------------------------------
 
@@ -294,6 +313,7 @@ class ReadAhead:
         with self._lock:
             while self._pending and (key not in self._pending or next(iter(self._pending)) != key):
                 self._drop(*self._pending.popitem(last=False)[1][:2])
+                self._frontier = None
 
     def _drop(self, future, nbytes: int) -> None:
         shared = any(entry[0] is future for entry in self._pending.values())  # a table cut for several
