@@ -95,7 +95,7 @@ def serve(folder: str) -> None:
                     await asyncio.sleep(len(chunk) / state["bandwidth"])
                 try:
                     await response.write(chunk)
-                except (ConnectionResetError, RuntimeError):
+                except (ConnectionError, RuntimeError):  # the client hung up
                     return response
                 counter[name] = counter.get(name, 0) + len(chunk)
         await response.write_eof()

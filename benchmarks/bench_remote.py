@@ -1,27 +1,34 @@
 """Streaming token files from remote storage against the local stream, in one run.
 
-    .venv/bin/python benchmarks/bench_remote.py [--tokens 10e6] [--samples 1000] [--latencies 0,25,100]
+    .venv/bin/python benchmarks/bench_remote.py [--tokens 10e6] [--samples 0] [--latencies 0,25,100]
 
-Servers, all on 127.0.0.1 in this process, each with a latency added to every request:
-  http   a plain Range-capable HTTP server (tests/range_server.py), ``data_files=http://...``
+Servers, all on 127.0.0.1, each with a latency added to every request:
+  aio    an aiohttp Range server in its own process (async_range_server.py): every request
+         waits the latency, the waits overlap as at a real endpoint, ``data_files=http://...``
+  http   the threaded test server (tests/range_server.py): a thread per connection, sharing
+         this process's GIL; it bounds the request rate (~1,700/s on 2 cores)
   hub    the local Hub test server (tests/hub_server.py), ``data_files=hf://datasets/...``
   s3     moto's S3 API (tests/s3_server.py) through s3fs, ``data_files=s3://...``
-Each row runs in a fresh subprocess (its own peak memory; the client does not share a GIL
-with the servers): ``load_dataset("mmidx", streaming=True)`` over a corpus of lognormal
-document lengths (mean 500 tokens, heavy tail), seq_length 2048, rows taken in order.
+Each row runs in a fresh subprocess (its own peak memory): ``load_dataset("mmidx",
+streaming=True)`` over a corpus of lognormal document lengths (mean 500 tokens, heavy tail),
+seq_length 2048, rows taken in order, three passes over the same samples: Python rows from
+``load_dataset`` on (time to first sample), then Arrow batches and Python rows again.
 
 Columns:
-  samples/s      samples streamed per second after the first
-  x local        over the local stream (the same files on disk), measured in this run
-  first sample   seconds from load_dataset to the first sample (opening, the .idx, indices)
-  requests       GETs of the .bin per 1,000 samples
-  x needed       .bin bytes sent over the bytes the samples hold (2,049 tokens x 2 bytes)
-  peak MB        the row's process peak RSS
-Extra rows: ``+cache`` streams twice through ``remote_cache_dir`` (pass 2 reads local blocks);
+  rows/s, batches    samples per second as ``for row in stream`` and as
+                     ``stream.with_format("arrow").iter(batch_size=100)``
+  x local            over the local stream (the same files on disk) with the same consumer
+  first sample       seconds from load_dataset to the first sample (opening, the .idx, indices)
+  requests           GETs of the .bin per 1,000 samples
+  x needed           .bin bytes sent for Range requests over the bytes the samples hold
+                     (2,049 tokens x 2 bytes); a pass reads the whole split by default, so
+                     nothing read ahead is left unread
+  peak MB            the row's process peak RSS; read-ahead peak: what its tables held at most
+Extra rows: ``+cache`` streams through ``remote_cache_dir`` (passes 2-3 read local blocks);
 ``megatron _S3BinReader`` reads the same samples' pieces through megatron-core's S3 reader
 (boto3, ``bin_chunk_nbytes`` 256 MiB as its default) on the same moto server.
 
-moto answers each request with ~5-7 ms of Python, so its rows are bounded by moto (~150
+moto answers each request with ~5-7 ms of Python, so its rows are bounded by moto (~200
 requests/s on this machine): the ``s3`` rows say little about real S3, whose request rate
 per prefix is in the thousands.
 """
@@ -139,7 +146,9 @@ def in_subprocess(spec: dict, env: dict | None = None) -> dict:
                           timeout=spec.get("deadline", 600))
     if done.returncode != 0:
         return {"error": done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}"}
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    print(spec["url"], json.dumps(result), file=sys.stderr, flush=True)  # progress: a row at a time
+    return result
 
 
 # --- the table -----------------------------------------------------------------------------------

@@ -37,6 +37,7 @@ import os
 import random
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -49,7 +50,7 @@ from .format import BinReader
 
 logger = logging.getLogger(__name__)
 
-# Ranged requests of one gather in flight at once. Latency is hidden when this many requests
+# Ranged requests in flight at once, per process (all gathers together). Latency is hidden when this many requests
 # cover a round trip: at 100 ms, 256 keep ~2,500 requests/s (~500 samples of 2,049 tokens)
 # going, about what one core of client code can issue. Threads for synchronous filesystems
 # (the Hub's): half as many, as each holds a stack.
@@ -417,7 +418,12 @@ def _fetch_async(access: RemoteAccess, fs, parts) -> list[bytes]:
                 await asyncio.sleep(_backoff(attempt))
 
     async def everything():
-        semaphore = asyncio.Semaphore(REQUESTS_IN_FLIGHT)
+        # One bound for every gather on this event loop (the read-ahead makes several gathers at
+        # once): requests in flight, and the memory each holds in the client, stay bounded.
+        loop = asyncio.get_running_loop()
+        semaphore = _SEMAPHORES.get(loop)
+        if semaphore is None:
+            semaphore = _SEMAPHORES[loop] = asyncio.Semaphore(REQUESTS_IN_FLIGHT)
         results = await asyncio.gather(*(one(semaphore, *p) for p in parts), return_exceptions=True)
         for r in results:
             if isinstance(r, BaseException):
@@ -427,6 +433,7 @@ def _fetch_async(access: RemoteAccess, fs, parts) -> list[bytes]:
     return sync(fs.loop, everything)
 
 
+_SEMAPHORES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # event loop -> its requests in flight
 _POOL: tuple[int, ThreadPoolExecutor] | None = None
 _SYNC_FILES: OrderedDict = OrderedDict()
 
