@@ -21,15 +21,18 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import re
 import subprocess
 import sys
 import time
 import urllib.request
 
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+
+
 def serve(folder: str) -> None:
     from aiohttp import web
+    from range_server import byte_range
 
     state = {"latency": 0.0, "bandwidth": None, "requests": {}, "sent": {}, "unranged": {}, "in_flight": 0,
              "max_in_flight": 0}
@@ -66,14 +69,9 @@ def serve(folder: str) -> None:
         if wanted and wanted != "*" and etag not in [t.strip() for t in wanted.split(",")]:
             return web.Response(status=412)
         headers = {"Accept-Ranges": "bytes", "ETag": etag}
-        start, stop, status = 0, size, 200
-        match = re.fullmatch(r"bytes=(\d*)-(\d*)", request.headers.get("Range", ""))
-        if match and (match.group(1) or match.group(2)):
-            if match.group(1):
-                start = int(match.group(1))
-                stop = min(size, int(match.group(2)) + 1) if match.group(2) else size
-            else:
-                start = max(0, size - int(match.group(2)))
+        start, stop, ranged = byte_range(request.headers.get("Range"), size)
+        status = 200
+        if ranged:
             if start >= size and size:
                 return web.Response(status=416, headers={"Content-Range": f"bytes */{size}"})
             status = 206

@@ -94,6 +94,10 @@ class ShardReadAhead:
 # Tables made at once in the background: each is a gather whose pieces a remote reader fetches
 # concurrently, so a few tables in flight keep many requests in flight.
 READ_AHEAD_THREADS = 8
+# The read-ahead grows with the stream: it holds at most this plus twice the bytes handed out
+# so far (and never more than its bound), so a stream that takes a few rows fetches little
+# more than them, and one that runs on soon reads as far ahead as the bound allows.
+READ_AHEAD_START_BYTES = 1 << 20
 
 
 def _key(rows: np.ndarray):
@@ -128,6 +132,7 @@ class ReadAhead:
         self._held = 0  # estimated bytes of pending tables and of dropped ones still being made
         self.peak_bytes = 0  # the most held at once (benchmarks report it)
         self._row_bytes = 0  # the largest bytes per row seen; 0: nothing made yet, nothing made ahead
+        self._handed_out = 0  # bytes of tables handed out (the read-ahead grows with them)
         self._last = None  # the shard the last call started at
         self._stride = 0
         self._frontier = None  # (stride, shard): the walk's shards before it have been submitted
@@ -211,7 +216,7 @@ class ReadAhead:
             nonlocal size, own, first_shard
             if _key(rows) not in self._pending:
                 with self._lock:
-                    room = (self.limit_bytes - self._held) // self._row_bytes if self._row_bytes else 0
+                    room = (self._allowance() - self._held) // self._row_bytes if self._row_bytes else 0
                 if group and size + len(rows) > min(self._rows_per_table, room):
                     if not flush():
                         return False
@@ -273,7 +278,7 @@ class ReadAhead:
             if not fresh:
                 return True
             nbytes = sum(len(rows) for _, rows in fresh) * self._row_bytes
-            if not self._row_bytes or self._held + nbytes > self.limit_bytes:
+            if not self._row_bytes or self._held + nbytes > self._allowance():
                 return False
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="mmidx-read-ahead")
@@ -286,6 +291,10 @@ class ReadAhead:
             self._held += nbytes
             self.peak_bytes = max(self.peak_bytes, self._held)
             return True
+
+    def _allowance(self) -> int:
+        """The bytes the read-ahead may hold now (see READ_AHEAD_START_BYTES)."""
+        return min(self.limit_bytes, READ_AHEAD_START_BYTES + 2 * self._handed_out)
 
     def _take(self, rows: np.ndarray):
         key = _key(rows)
@@ -304,6 +313,7 @@ class ReadAhead:
                     self._held -= nbytes
         with self._lock:
             self._row_bytes = max(self._row_bytes, -(-table.nbytes // max(1, table.num_rows)))
+            self._handed_out += table.nbytes
         return table
 
     def _realign(self, rows: np.ndarray) -> None:
@@ -327,4 +337,4 @@ class ReadAhead:
             self._held -= nbytes
 
 
-__all__ = ["READ_AHEAD_THREADS", "ReadAhead", "ShardReadAhead"]
+__all__ = ["READ_AHEAD_START_BYTES", "READ_AHEAD_THREADS", "ReadAhead", "ShardReadAhead"]
