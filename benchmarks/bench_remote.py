@@ -1,27 +1,34 @@
 """Streaming token files from remote storage against the local stream, in one run.
 
-    .venv/bin/python benchmarks/bench_remote.py [--tokens 10e6] [--samples 1000] [--latencies 0,25,100]
+    .venv/bin/python benchmarks/bench_remote.py [--tokens 10e6] [--samples 0] [--latencies 0,25,100]
 
-Servers, all on 127.0.0.1 in this process, each with a latency added to every request:
-  http   a plain Range-capable HTTP server (tests/range_server.py), ``data_files=http://...``
+Servers, all on 127.0.0.1, each with a latency added to every request:
+  aio    an aiohttp Range server in its own process (async_range_server.py): every request
+         waits the latency, the waits overlap as at a real endpoint, ``data_files=http://...``
+  http   the threaded test server (tests/range_server.py): a thread per connection, sharing
+         this process's GIL; it bounds the request rate (~1,700/s on 2 cores)
   hub    the local Hub test server (tests/hub_server.py), ``data_files=hf://datasets/...``
   s3     moto's S3 API (tests/s3_server.py) through s3fs, ``data_files=s3://...``
-Each row runs in a fresh subprocess (its own peak memory; the client does not share a GIL
-with the servers): ``load_dataset("mmidx", streaming=True)`` over a corpus of lognormal
-document lengths (mean 500 tokens, heavy tail), seq_length 2048, rows taken in order.
+Each row runs in a fresh subprocess (its own peak memory): ``load_dataset("mmidx",
+streaming=True)`` over a corpus of lognormal document lengths (mean 500 tokens, heavy tail),
+seq_length 2048, rows taken in order, three passes over the same samples: Python rows from
+``load_dataset`` on (time to first sample), then Arrow batches and Python rows again.
 
 Columns:
-  samples/s      samples streamed per second after the first
-  x local        over the local stream (the same files on disk), measured in this run
-  first sample   seconds from load_dataset to the first sample (opening, the .idx, indices)
-  requests       GETs of the .bin per 1,000 samples
-  x needed       .bin bytes sent over the bytes the samples hold (2,049 tokens x 2 bytes)
-  peak MB        the row's process peak RSS
-Extra rows: ``+cache`` streams twice through ``remote_cache_dir`` (pass 2 reads local blocks);
+  rows/s, batches    samples per second as ``for row in stream`` and as
+                     ``stream.with_format("arrow").iter(batch_size=100)``
+  x local            over the local stream (the same files on disk) with the same consumer
+  first sample       seconds from load_dataset to the first sample (opening, the .idx, indices)
+  requests           GETs of the .bin per 1,000 samples
+  x needed           .bin bytes sent for Range requests over the bytes the samples hold
+                     (2,049 tokens x 2 bytes); a pass reads the whole split by default, so
+                     nothing read ahead is left unread
+  peak MB            the row's process peak RSS; read-ahead peak: what its tables held at most
+Extra rows: ``+cache`` streams through ``remote_cache_dir`` (passes 2-3 read local blocks);
 ``megatron _S3BinReader`` reads the same samples' pieces through megatron-core's S3 reader
 (boto3, ``bin_chunk_nbytes`` 256 MiB as its default) on the same moto server.
 
-moto answers each request with ~5-7 ms of Python, so its rows are bounded by moto (~150
+moto answers each request with ~5-7 ms of Python, so its rows are bounded by moto (~200
 requests/s on this machine): the ``s3`` rows say little about real S3, whose request rate
 per prefix is in the thousands.
 """
@@ -46,6 +53,7 @@ sys.path.insert(0, ROOT)
 
 SEQ = 2048
 SAMPLE_BYTES = (SEQ + 1) * 2
+DEFAULT_READ_AHEAD_MB = 256
 
 
 def make_corpus(folder: str, tokens: float, seed: int = 0) -> str:
@@ -60,6 +68,15 @@ def make_corpus(folder: str, tokens: float, seed: int = 0) -> str:
 
 # --- one row, in a subprocess ------------------------------------------------------------------
 
+def _read_ahead_peak_mb() -> float:
+    """The most bytes the read-ahead held at once in this process (its own estimate, which its bound caps)."""
+    import gc
+
+    from mmidx_builder.hf.readahead import ReadAhead
+
+    return max([o.peak_bytes for o in gc.get_objects() if isinstance(o, ReadAhead)] or [0]) / 2**20
+
+
 def run_row(spec: dict) -> dict:
     from datasets import load_dataset
 
@@ -70,25 +87,30 @@ def run_row(spec: dict) -> dict:
         options["storage_options"] = spec["storage_options"]
     if spec.get("remote_cache_dir"):
         options["remote_cache_dir"] = spec["remote_cache_dir"]
-    passes = []
     started = time.perf_counter()
-    stream = load_dataset("mmidx", data_files={"train": spec["url"]}, **options).with_format("arrow")
-    # Pass 1 opens the files and builds the indices (time to first sample); pass 2 streams the
-    # same samples again with the sources open: the steady rate (nothing remote is cached
-    # between passes unless the row has remote_cache_dir).
-    for _ in range(2):
+    stream = load_dataset("mmidx", data_files={"train": spec["url"]}, **options)
+    batches = stream.with_format("arrow")
+    # Pass "cold": Python rows, from load_dataset on (time to first sample: opening, the .idx,
+    # the indices). Then the same samples again with the sources open, as Arrow batches
+    # (stream.iter) and as Python rows (for row in stream). Nothing remote is kept between
+    # passes unless the row has remote_cache_dir.
+    passes = {}
+    for name, consumer in (("cold", "rows"), ("arrow", "arrow"), ("rows", "rows")):
         first, count = None, 0
         begin = time.perf_counter()
-        for table in stream.iter(batch_size=100):
+        items = ((t.num_rows for t in batches.iter(batch_size=100)) if consumer == "arrow"
+                 else (1 for _ in stream))
+        for n in items:
             if first is None:
                 first = time.perf_counter()
-            count += table.num_rows
-            if count >= spec["samples"]:
+            count += n
+            if spec["samples"] and count >= spec["samples"]:
                 break
         end = time.perf_counter()
-        passes.append({"first": first - started, "rate": count / (end - begin), "samples": count})
-        started = time.perf_counter()
-    return {"passes": passes, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+        passes[name] = {"first": first - (started if name == "cold" else begin), "rate": count / (end - begin),
+                        "samples": count}
+    return {"passes": passes, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "read_ahead_mb": _read_ahead_peak_mb()}
 
 
 def run_megatron(spec: dict) -> dict:
@@ -105,17 +127,17 @@ def run_megatron(spec: dict) -> dict:
     started = time.perf_counter()
     dataset = IndexedDataset(spec["url"], mmap=False,
                              object_storage_config=ObjectStorageConfig(path_to_idx_cache=spec["idx_cache"]))
-    passes = []
-    for _ in range(2):  # as run_row: pass 2 is the steady rate
+    passes = {}
+    for name in ("cold", "rows"):  # as run_row's Python rows: one sample after another
         begin, first = time.perf_counter(), None
         for i, o, n in zip(ids.tolist(), offsets.tolist(), lengths.tolist()):
             dataset.get(i, o, n)
             if first is None:
                 first = time.perf_counter()
-        passes.append({"first": first - started, "rate": spec["samples"] / (time.perf_counter() - begin),
-                       "samples": spec["samples"]})
-        started = time.perf_counter()
-    return {"passes": passes, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+        passes[name] = {"first": first - (started if name == "cold" else begin),
+                        "rate": spec["samples"] / (time.perf_counter() - begin), "samples": spec["samples"]}
+    return {"passes": passes, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "read_ahead_mb": 0.0}
 
 
 def in_subprocess(spec: dict, env: dict | None = None) -> dict:
@@ -124,7 +146,9 @@ def in_subprocess(spec: dict, env: dict | None = None) -> dict:
                           timeout=spec.get("deadline", 600))
     if done.returncode != 0:
         return {"error": done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}"}
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    print(spec["url"], json.dumps(result), file=sys.stderr, flush=True)  # progress: a row at a time
+    return result
 
 
 # --- the table -----------------------------------------------------------------------------------
@@ -132,12 +156,15 @@ def in_subprocess(spec: dict, env: dict | None = None) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tokens", type=float, default=10e6, help="corpus tokens (default 10M: a 20 MB .bin)")
-    parser.add_argument("--samples", type=int, default=3000,
-                        help="samples streamed per row: several of the 1,000-row tables a gather makes")
-    parser.add_argument("--s3-samples", type=int, default=1000, help="samples per moto row (moto is slow)")
+    parser.add_argument("--samples", type=int, default=0,
+                        help="samples streamed per pass (default 0: the whole split, so that nothing read ahead"
+                             " is left unread when a pass stops, and the bytes column is what the samples need)")
+    parser.add_argument("--s3-samples", type=int, default=0, help="samples per pass on moto (0: the whole split)")
+    parser.add_argument("--megatron-samples", type=int, default=1000, help="samples read by _S3BinReader")
     parser.add_argument("--latencies", default="0,25,100", help="ms added to every request")
     parser.add_argument("--bandwidth", type=float, default=None, help="bytes/s per response on the HTTP server")
-    parser.add_argument("--backends", default="http,hub,s3")
+    parser.add_argument("--backends", default="aio,http,hub,s3",
+                        help="aio: aiohttp server in its own process; http: the threaded test server")
     parser.add_argument("--row", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.row:
@@ -157,12 +184,27 @@ def main() -> None:
         return {"url": url, "samples": samples, "hf_cache": os.path.join(work, f"hf-{len(rows)}"), **extra}
 
     local = in_subprocess(spec(prefix + ".bin", args.samples))
-    ceiling = local["passes"][1]["rate"]
     rows.append(("local folder", "-", local, None, None, args.samples))
 
+    from async_range_server import AsyncRangeServer
     from hub_server import LocalHub
     from range_server import RangeServer
     from s3_server import LocalS3
+
+    if "aio" in backends:
+        with AsyncRangeServer(folder) as server:
+            for latency in latencies:
+                server.configure(latency=latency / 1000, bandwidth=args.bandwidth)
+                result = in_subprocess(spec(server.url + "/corpus.bin", args.samples))
+                got = server.stats()
+                rows.append(("http (aiohttp server)", latency, result, got["requests"].get("corpus.bin"),
+                             got["sent"].get("corpus.bin"), args.samples))
+            server.configure(latency=0.025, bandwidth=args.bandwidth)
+            result = in_subprocess(spec(server.url + "/corpus.bin", args.samples,
+                                        remote_cache_dir=os.path.join(work, "blocks")))
+            got = server.stats()
+            rows.append(("http (aiohttp) +cache", 25.0, result, got["requests"].get("corpus.bin"),
+                         got["sent"].get("corpus.bin"), args.samples))
 
     if "http" in backends:
         with RangeServer(folder, bandwidth=args.bandwidth) as server:
@@ -171,15 +213,8 @@ def main() -> None:
                 server.requests.clear()
                 server.sent.clear()
                 result = in_subprocess(spec(server.url + "/corpus.bin", args.samples))
-                rows.append(("http", latency, result, server.requests.get("corpus.bin"), server.sent.get("corpus.bin"),
-                             args.samples))
-            server.latency = 0.025
-            server.requests.clear()
-            server.sent.clear()
-            result = in_subprocess(spec(server.url + "/corpus.bin", args.samples,
-                                        remote_cache_dir=os.path.join(work, "blocks")))
-            rows.append(("http +cache", 25.0, result, server.requests.get("corpus.bin"), server.sent.get("corpus.bin"),
-                         args.samples))
+                rows.append(("http (threaded server)", latency, result, server.requests.get("corpus.bin"),
+                             server.sent.get("corpus.bin"), args.samples))
 
     if "hub" in backends:
         with LocalHub(token="hf_benchTOKEN") as hub:
@@ -218,34 +253,47 @@ def main() -> None:
             s3.sent.clear()
             env = {"AWS_ENDPOINT_URL": s3.url, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
                    "AWS_DEFAULT_REGION": "us-east-1"}
-            result = in_subprocess(spec("s3://bench/data/corpus", args.s3_samples, megatron=True, local_prefix=prefix,
+            result = in_subprocess(spec("s3://bench/data/corpus", args.megatron_samples, megatron=True, local_prefix=prefix,
                                         idx_cache=os.path.join(work, "megatron_idx")), env)
             rows.append(("megatron _S3BinReader (moto)", 25.0, result, s3.gets.get("data/corpus.bin"),
                          s3.sent.get("data/corpus.bin"), args.s3_samples))
 
     print(f"corpus: {args.tokens / 1e6:.0f}M tokens, lognormal documents (mean 500), seq_length {SEQ}; "
-          f"{args.samples} samples per row ({args.s3_samples} on moto)\n")
-    print("| source | ms/request | samples/s | x local | first sample (s) | requests/1,000 samples | "
-          "bytes x needed | peak MB |")
-    print("|---|---|---|---|---|---|---|---|")
+          f"{args.samples or 'all'} samples per pass ({args.s3_samples or 'all'} on moto), 3 passes per row; "
+          f"read_ahead_bytes {DEFAULT_READ_AHEAD_MB} MiB\n")
+    print("| source | ms/request | rows/s | x local rows | batches: samples/s | x local batches | "
+          "first sample (s) | requests/1,000 samples | bytes x needed | peak MB | read-ahead peak MB |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    ceiling = local["passes"]
     for name, latency, result, requests, sent, samples in rows:
         if "error" in result:
-            print(f"| {name} | {latency} | error: {result['error'][:80]} | | | | | |")
+            print(f"| {name} | {latency} | error: {result['error'][:80]} | | | | | | | | |")
             continue
         passes = result["passes"]
-        cached = "cache" in name or "megatron" in name  # pass 2 reads what pass 1 kept
-        shown = [(f"{name} pass 1 (cold)", passes[0]), (f"{name} pass 2", passes[1])] if cached else [(name, passes[1])]
-        for k, (label, p) in enumerate(shown):
-            req = f"{1000 * requests / (2 * samples):,.0f}" if requests is not None and not cached else "-"
-            ratio = f"{sent / (2 * samples * SAMPLE_BYTES):.2f}" if sent is not None and not cached else "-"
-            if cached and k == 0 and sent is not None:
-                req, ratio = f"{requests:,} in all", f"{sent / (samples * SAMPLE_BYTES):.2f} in all"
-            first = passes[0]["first"] if k == 0 else p["first"]
-            print(f"| {label} | {latency if latency == '-' else int(latency)} | {p['rate']:,.0f} | "
-                  f"{p['rate'] / ceiling:.3f} | {first:.2f} | {req} | {ratio} | {result['peak_mb']:.0f} |")
-    print("\nsamples/s: the second pass over the same samples (files open, indices built); x local: over the"
-          " local folder's, same measure. requests and bytes: both passes, per sample streamed; a +cache row's"
-          " are its totals (pass 2 reads local blocks only).")
+        cached = "cache" in name or "megatron" in name  # the later passes read what the first kept
+        count = sum(p["samples"] for p in passes.values())
+        req = f"{1000 * requests / count:,.0f}" if requests is not None and not cached else "-"
+        ratio = f"{sent / (count * SAMPLE_BYTES):.2f}" if sent is not None and not cached else "-"
+        if cached and sent is not None:
+            req, ratio = f"{requests:,} in all", f"{sent / (passes['cold']['samples'] * SAMPLE_BYTES):.2f} (pass 1)"
+        cells = []
+        for consumer in ("rows", "arrow"):
+            p = passes.get(consumer)
+            cells += ([f"{p['rate']:,.0f}", f"{p['rate'] / ceiling[consumer]['rate']:.3f}"] if p else ["-", "-"])
+        if cached:
+            cold = passes["cold"]
+            print(f"| {name} pass 1 (cold) | {latency if latency == '-' else int(latency)} | {cold['rate']:,.0f} | "
+                  f"{cold['rate'] / ceiling['rows']['rate']:.3f} | - | - | {cold['first']:.2f} | {req} | {ratio} | "
+                  f"{result['peak_mb']:.0f} | {result['read_ahead_mb']:.0f} |")
+            name, req, ratio = f"{name} passes 2-3", "0" if "cache" in name else req, "-"
+        print(f"| {name} | {latency if latency == '-' else int(latency)} | {' | '.join(cells)} | "
+              f"{passes['cold']['first']:.2f} | {req} | {ratio} | {result['peak_mb']:.0f} | "
+              f"{result['read_ahead_mb']:.0f} |")
+    print("\nrows/s: `for row in stream` (Python dicts); batches: `stream.with_format('arrow').iter(batch_size=100)`;"
+          " both over the same samples with the files open (passes 2 and 3); x local: over the local folder's rate"
+          " of the same consumer, measured in this run. first sample: from load_dataset to the first row (pass 1)."
+          " requests and bytes: all passes, per sample streamed (a +cache row's: pass 1's, the later passes read"
+          " local blocks). peak MB: the row's process peak RSS; read-ahead peak: the most its tables held at once.")
 
 
 if __name__ == "__main__":

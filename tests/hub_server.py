@@ -50,6 +50,8 @@ import traceback
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from range_server import byte_range
+
 CHUNK = 64 * 1024  # bytes per socket write, so a client hanging up stops the count early
 
 
@@ -410,15 +412,8 @@ class _Handler(BaseHTTPRequestHandler):
         if not head and self._take_fault(hub.stall):
             hub._stopping.wait(hub.stall_seconds)
         size = len(data)
-        start, stop, ranged = 0, size, False
-        match = re.fullmatch(r"bytes=(\d*)-(\d*)", self.headers.get("Range") or "")
-        if match and (match.group(1) or match.group(2)):
-            ranged = True
-            if match.group(1):
-                start = int(match.group(1))
-                stop = min(size, int(match.group(2)) + 1) if match.group(2) else size
-            else:
-                start = max(0, size - int(match.group(2)))
+        start, stop, ranged = byte_range(self.headers.get("Range"), size)
+        if ranged:
             if start >= size and size:
                 return self._send(416, headers={"Content-Range": f"bytes */{size}"})
         etag = repo.etags[sha][name]

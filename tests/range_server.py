@@ -28,6 +28,18 @@ import time
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 
 
+def byte_range(header: str | None, size: int) -> tuple[int, int, bool]:
+    """``(start, stop, ranged)`` for a ``Range`` header of one range over ``size`` bytes (the
+    whole file, not ranged, when there is none); ``start >= size > 0`` is unsatisfiable (416)."""
+    match = re.fullmatch(r"bytes=(\d*)-(\d*)", header or "")
+    if not match or not (match.group(1) or match.group(2)):
+        return 0, size, False
+    if match.group(1):
+        start = int(match.group(1))
+        return start, min(size, int(match.group(2)) + 1) if match.group(2) else size, True
+    return max(0, size - int(match.group(2))), size, True
+
+
 def _take(faults: dict, name: str, lock) -> bool:
     with lock:
         for key, count in faults.items():
@@ -102,15 +114,8 @@ class _RangeHandler(SimpleHTTPRequestHandler):
             self.send_header("Content-Length", "0")
             self.end_headers()
             return
-        start, stop = 0, size
-        match = re.fullmatch(r"bytes=(\d*)-(\d*)", self.headers.get("Range", "") or "")
-        ranged = match is not None and bool(match.group(1) or match.group(2))
+        start, stop, ranged = byte_range(self.headers.get("Range"), size)
         if ranged:
-            if match.group(1):
-                start = int(match.group(1))
-                stop = min(size, int(match.group(2)) + 1) if match.group(2) else size
-            else:
-                start = max(0, size - int(match.group(2)))
             if start >= size and size:
                 self._status(name, 416)
                 self.send_response(416)

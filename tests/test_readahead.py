@@ -96,6 +96,22 @@ def test_remote_read_ahead_serves_exactly_the_rows_asked_for_within_its_bound(nu
     assert got == [c.tolist() for c in chunks]
 
 
+def test_remote_read_ahead_makes_one_table_for_several_small_shards():
+    """A walk over shards of a few rows: the shards ahead are made as tables of up to
+    rows_per_table rows (one gather each, whose pieces can merge into fewer requests)."""
+    layout = shard_ranges(1000, 96)  # shards of 10 and 11 rows
+    for stride, first in ((1, 0), (3, 2)):
+        make = CountingMaker()
+        read_ahead = ReadAhead(make, layout, rows_per_table=100, limit_bytes=1 << 30, threads=2)
+        order = list(range(first, len(layout), stride))
+        for call in calls_of(layout, order, 100):
+            got = [(key, table.column("row").to_numpy().tolist()) for key, table in read_ahead.tables(call)]
+            assert got == [(key, rows.tolist()) for key, rows in call]
+        rows = sum(layout[s][1] - layout[s][0] for s in order)
+        assert len(make.calls) <= 2 + -(-rows // 89)
+        assert all(len(r) <= 100 for r in make.calls)
+
+
 def test_joined_batches_keep_keys_counts_and_order():
     batches = [(f"k{i}", np.arange(10 * i, 10 * i + n)) for i, n in enumerate([3, 4, 2, 9, 1, 12, 5])]
     joined = joined_batches(batches, limit=9)

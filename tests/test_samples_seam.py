@@ -201,7 +201,10 @@ def test_remote_sources_are_read_ahead_in_order_overlapping_and_within_the_bound
         consumed += row_bytes
     assert got == expected
     spans = sorted((start, end) for start, end, _ in slow[0].calls)
-    assert len(spans) == 40  # one gather per shard: nothing read twice
+    # Nothing read twice: every row's bytes once, in at most one gather per shard (shards ahead
+    # may share one).
+    assert sum(nbytes for _, _, nbytes in slow[0].calls) == len(expected) * row_bytes
+    assert len(spans) <= 40
     overlapping = sum(1 for (_, end), (start, _) in zip(spans, spans[1:]) if start < end)
     assert overlapping >= len(spans) // 2, f"only {overlapping} of {len(spans)} reads were in flight with another"
     # The read-ahead's tables plus the one being handed out, row by row.
@@ -228,10 +231,10 @@ def test_a_rank_stream_over_remote_files_reads_its_rows_ahead(corpus, tmp_path, 
     expected = [row["input_ids"] for row in megatron_rank_stream(local, 1, 3, 1, consumed_samples=7)]
     slow = read_through_slow_remote(monkeypatch, delay=0.01)
     remote = load_dataset(str(corpus), streaming=True, split="train", **settings)
-    ranked = megatron_rank_stream(remote, 1, 3, 1, consumed_samples=7)  # 64 rows per gather
+    ranked = megatron_rank_stream(remote, 1, 3, 1, consumed_samples=7)  # 64-row micro-batches, several per gather
     assert [row["input_ids"] for row in ranked] == expected
     spans = sorted((start, end) for start, end, _ in slow[0].calls)
-    assert len(spans) > 4 and any(start < end for (_, end), (start, _) in zip(spans, spans[1:]))
+    assert len(spans) >= 2 and any(start < end for (_, end), (start, _) in zip(spans, spans[1:]))
 
 
 # --- the seam's shape --------------------------------------------------------------------------

@@ -94,6 +94,10 @@ class ShardReadAhead:
 # Tables made at once in the background: each is a gather whose pieces a remote reader fetches
 # concurrently, so a few tables in flight keep many requests in flight.
 READ_AHEAD_THREADS = 8
+# The read-ahead grows with the stream: it holds at most this plus twice the bytes handed out
+# so far (and never more than its bound), so a stream that takes a few rows fetches little
+# more than them, and one that runs on soon reads as far ahead as the bound allows.
+READ_AHEAD_START_BYTES = 1 << 20
 
 
 def _key(rows: np.ndarray):
@@ -128,8 +132,10 @@ class ReadAhead:
         self._held = 0  # estimated bytes of pending tables and of dropped ones still being made
         self.peak_bytes = 0  # the most held at once (benchmarks report it)
         self._row_bytes = 0  # the largest bytes per row seen; 0: nothing made yet, nothing made ahead
+        self._handed_out = 0  # bytes of tables handed out (the read-ahead grows with them)
         self._last = None  # the shard the last call started at
         self._stride = 0
+        self._frontier = None  # (stride, shard): the walk's shards before it have been submitted
 
     def __call__(self, rows: np.ndarray):
         ((_, table),) = self.tables([(None, rows)])
@@ -171,6 +177,8 @@ class ReadAhead:
                 shard = i
         with self._lock:
             step = shard - self._last if shard is not None and self._last is not None else 0
+            if step <= 0 or step != self._stride:  # a new walk: its frontier is not known
+                self._frontier = None
             self._last, self._stride = shard, max(step, 0)
         return shard
 
@@ -187,47 +195,106 @@ class ReadAhead:
 
     def _schedule(self, ahead: list, batches, call: dict) -> None:
         """Submits what follows the rows just asked for: the call's own batches, then (once the
-        call has been read to its end and was one whole shard) the shards on the stride."""
-        while call["scheduled"] < len(ahead):
-            if not self._submit(ahead[call["scheduled"]][1]):
+        call has been read to its end and was one whole shard) the shards on the stride.
+        Consecutive small batches are made as one table of up to ``rows_per_table`` rows (one
+        gather: its pieces are planned and fetched together, and close ones merge into one
+        request), then cut back into the tables asked for."""
+        group, size, own = [], 0, 0  # own: the call's batches the group stands for (some may be under way)
+        first_shard = failed_at = None  # the layout shard the group starts at; where scheduling stopped
+
+        def flush() -> bool:
+            nonlocal group, size, own, failed_at
+            ok = not group or self._submit(group)
+            if ok:
+                call["scheduled"] += own
+            else:
+                failed_at = first_shard
+            group, size, own = [], 0, 0
+            return ok
+
+        def add(rows, is_own: bool, shard=None) -> bool:  # False: the bound is reached
+            nonlocal size, own, first_shard
+            if _key(rows) not in self._pending:
+                with self._lock:
+                    room = (self._allowance() - self._held) // self._row_bytes if self._row_bytes else 0
+                if group and size + len(rows) > min(self._rows_per_table, room):
+                    if not flush():
+                        return False
+                if not group:
+                    first_shard = shard
+                group.append(rows)
+                size += len(rows)
+            own += is_own
+            return True
+
+        # The call's own batches (counted in call["scheduled"] once submitted).
+        while True:
+            index = call["scheduled"] + own
+            if index < len(ahead):
+                rows = ahead[index][1]
+            else:
+                item = None if call["exhausted"] else self._pull(batches, call)
+                if item is None:
+                    break
+                ahead.append(item)
+                rows = item[1]
+            if not add(rows, True):
                 return
-            call["scheduled"] += 1
-        while not call["exhausted"]:
-            item = self._pull(batches, call)
-            if item is None:
-                break
-            ahead.append(item)
-            if not self._submit(item[1]):
-                return
-            call["scheduled"] += 1
+        if not flush():
+            return
         shard, last = call["shard"], call["last"]
         if shard is None or not self._stride or not isinstance(last, tuple) or last[1] != self._layout[shard][1]:
             return  # not one whole shard of a steady walk: what comes next is not known
-        following = shard + self._stride
+        stride = self._stride
+        following = shard + stride
+        with self._lock:  # shards up to the frontier of this walk are under way or handed out
+            frontier = self._frontier
+        if frontier is not None and frontier[0] == stride and frontier[1] > following \
+                and (frontier[1] - following) % stride == 0:
+            following = frontier[1]
         while following < len(self._layout):
             start, stop = self._layout[following]
             for first in range(start, stop, self._rows_per_table):
-                if not self._submit(np.arange(first, min(first + self._rows_per_table, stop), dtype=np.int64)):
+                if not add(np.arange(first, min(first + self._rows_per_table, stop), dtype=np.int64), False, following):
+                    with self._lock:
+                        self._frontier = (stride, failed_at if failed_at is not None else following)
                     return
-            following += self._stride
+            following += stride
+        if not flush():
+            following = failed_at
+        with self._lock:
+            self._frontier = (stride, following)
 
     # --- the tables ------------------------------------------------------------------------
 
-    def _submit(self, rows: np.ndarray) -> bool:
-        """Starts making ``rows``' table unless it is under way; False when the bound is reached."""
-        key = _key(rows)
+    def _submit(self, group: list) -> bool:
+        """Starts making one table of the rows of ``group`` (a list of row arrays; those under
+        way already are left out), to be cut into each one's table; False when the bound is
+        reached."""
         with self._lock:
-            if key in self._pending:
+            keys = [_key(rows) for rows in group]
+            fresh = [(key, rows) for key, rows in zip(keys, group) if key not in self._pending]
+            fresh = [kr for k, kr in enumerate(fresh) if kr[0] not in {key for key, _ in fresh[:k]}]
+            if not fresh:
                 return True
-            nbytes = len(rows) * self._row_bytes
-            if not self._row_bytes or self._held + nbytes > self.limit_bytes:
+            nbytes = sum(len(rows) for _, rows in fresh) * self._row_bytes
+            if not self._row_bytes or self._held + nbytes > self._allowance():
                 return False
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="mmidx-read-ahead")
-            self._pending[key] = (self._pool.submit(self._make, rows), nbytes)
+            rows = fresh[0][1] if len(fresh) == 1 else np.concatenate([rows for _, rows in fresh])
+            future = self._pool.submit(self._make, rows)
+            offset = 0
+            for key, part in fresh:
+                self._pending[key] = (future, len(part) * self._row_bytes, offset, len(part))
+                offset += len(part)
             self._held += nbytes
             self.peak_bytes = max(self.peak_bytes, self._held)
             return True
+
+    def _allowance(self) -> int:
+        """The bytes the read-ahead may hold now (see READ_AHEAD_START_BYTES)."""
+        return min(self.limit_bytes, READ_AHEAD_START_BYTES + 2 * self._handed_out)
 
     def _take(self, rows: np.ndarray):
         key = _key(rows)
@@ -236,14 +303,17 @@ class ReadAhead:
         if entry is None:
             table = self._make(rows)
         else:
-            future, nbytes = entry
+            future, nbytes, offset, length = entry
             try:
                 table = future.result()
+                if length != table.num_rows:
+                    table = table.slice(offset, length)
             finally:
                 with self._lock:
                     self._held -= nbytes
         with self._lock:
             self._row_bytes = max(self._row_bytes, -(-table.nbytes // max(1, table.num_rows)))
+            self._handed_out += table.nbytes
         return table
 
     def _realign(self, rows: np.ndarray) -> None:
@@ -252,10 +322,12 @@ class ReadAhead:
         key = _key(rows)
         with self._lock:
             while self._pending and (key not in self._pending or next(iter(self._pending)) != key):
-                self._drop(*self._pending.popitem(last=False)[1])
+                self._drop(*self._pending.popitem(last=False)[1][:2])
+                self._frontier = None
 
     def _drop(self, future, nbytes: int) -> None:
-        if future.cancel():
+        shared = any(entry[0] is future for entry in self._pending.values())  # a table cut for several
+        if not shared and future.cancel():
             self._held -= nbytes
         else:
             future.add_done_callback(lambda _: self._release(nbytes))
@@ -265,4 +337,4 @@ class ReadAhead:
             self._held -= nbytes
 
 
-__all__ = ["READ_AHEAD_THREADS", "ReadAhead", "ShardReadAhead"]
+__all__ = ["READ_AHEAD_START_BYTES", "READ_AHEAD_THREADS", "ReadAhead", "ShardReadAhead"]
