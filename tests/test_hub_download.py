@@ -179,7 +179,10 @@ def test_streaming_reads_the_idx_once_then_only_sample_ranges(local_hub, tmp_pat
     seq_length, taken = 128, 250
     first = len(local_hub.downloads)
 
-    stream = load_dataset("me/big", split="train", streaming=True, cache_dir=cache, seq_length=seq_length)
+    # The read-ahead fetches coming samples in the background (up to read_ahead_bytes, 256 MiB
+    # by default: this whole file); bounded here so that what it adds stays well below the file.
+    stream = load_dataset("me/big", split="train", streaming=True, cache_dir=cache, seq_length=seq_length,
+                          read_ahead_bytes=256 * 1024)
     got = within(DEADLINE, lambda: rows(stream.take(taken)))
 
     local = load_dataset(str(folder), split="train", streaming=True, cache_dir=cache, seq_length=seq_length)
