@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from .. import provenance
 from .._io import is_remote
-from ..card_checksums import verify_against_card
+from .card_checksums import verify_against_card
 from ..dtypes import common_token_dtype
 from ..errors import ParameterError
 from ..format import IndexedFile, split_prefix
@@ -30,7 +30,7 @@ from ..megatron.args import settings_from_megatron_args
 from ..megatron.blend import DEFAULT_SURPLUS, all_prefixes, megatron_plan
 from ..megatron.splits import build_split, check_seq_length, split_samples
 from ..megatron.versions import check_version
-from ..pair_downloads import download_pairs
+from .pair_downloads import download_pairs
 from ..source import Concatenated
 from .common import (GPTConfig, GPTSamplesBuilder, OpenedSplit, Plan, check_integer, fixed_size_lists, opened_split,
                      ranged, sample_features, structure_columns)
