@@ -27,7 +27,7 @@ __version__ = "0.1.0"
 
 # public name -> module that defines it
 _LAZY = {
-    "ConcatenatedFiles": "format",
+    "Concatenated": "source",
     "ConcurrentWriteError": "errors",
     "ConvertError": "errors",
     "Flavour": "dtypes",

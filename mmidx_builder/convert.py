@@ -44,7 +44,8 @@ from . import provenance
 from ._io import WriterLock
 from .format import IndexedFile, IndexedFileWriter, split_prefix
 from .sentences import SentenceSplitter
-from .tokenize import Tokenizer, load_tokenizer, output_dtype
+from .dtypes import megatron_writer_dtype
+from .tokenize import Tokenizer, load_tokenizer
 
 COMPRESSION_SUFFIXES = (".gz", ".bz2", ".xz", ".lzma", ".zst", ".zstd")
 JSON_SUFFIXES = (".jsonl", ".json", ".ndjson")
@@ -794,7 +795,7 @@ def convert(inputs: Sequence[str] | str, output_prefix: str, tokenizer: str | To
                          **(tokenizer_options or {}))
     if append_eod and tok.eod_id is None:
         raise ConvertError(f"tokenizer {tok.name!r} has no end-of-document token; pass --eod-id")
-    dtype = output_dtype(tok.vocab_size)
+    dtype = megatron_writer_dtype(tok.vocab_size)
     if tok.eod_id is not None and not 0 <= tok.eod_id <= np.iinfo(dtype).max:
         raise ConvertError(f"the end-of-document id {tok.eod_id} does not fit the output dtype {dtype.name} "
                            f"(ids 0..{np.iinfo(dtype).max}); give an id inside the vocabulary")

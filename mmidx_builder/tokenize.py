@@ -24,7 +24,6 @@ from typing import Sequence
 
 import numpy as np
 
-from .dtypes import megatron_writer_dtype as output_dtype  # noqa: F401  (the dtype convert writes)
 from . import autotokenizer, megatron_tokenizers
 from .errors import ConvertError
 from .tokenizer_config import TokenizerConfig, read_tokenizer_config
@@ -302,4 +301,4 @@ def load_tokenizer(spec: str, *, eod_id: int | None = None, vocab_size: int | No
 
 
 __all__ = ["EOD_TOKENS", "Tokenizer", "BytesTokenizer", "PretokenizedTokenizer", "HFTokenizersTokenizer",
-           "MegatronVocabTokenizer", "SentencePieceTokenizer", "load_tokenizer", "output_dtype"]
+           "MegatronVocabTokenizer", "SentencePieceTokenizer", "load_tokenizer"]
