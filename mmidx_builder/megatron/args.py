@@ -105,7 +105,7 @@ def _read_text(path: str, what: str, opener=None) -> str:
 def _file_blend(tokens, path: str, what: str) -> list[str]:
     """``tokens`` read from an argument file, checked as a blend now: a later error about them
     would quote them, and the file may be anything on the machine."""
-    from .blend import parse_data_path
+    from .plan import parse_data_path
 
     try:
         parse_data_path(tokens, what)
