@@ -120,7 +120,7 @@ def _race(barrier, folder, me, results, action):
         except ConcurrentWriteError:
             return "busy", None
         except ConvertError as error:
-            assert "exists; pass --overwrite" in str(error), error
+            assert "exists; pass overwrite=True" in str(error), error
             return "exists", None
 
     for i in range(TRIES):
@@ -393,7 +393,7 @@ def test_skip_bad_records_keeps_every_intact_record_before_the_damage(tmp_path, 
         convert([str(tmp_path / "in.jsonl.gz")], str(tmp_path / "strict"), "bytes")
     # Stopped by the damage (or by a garbage record before it): nothing is written, none said to be.
     assert "were converted" not in str(raised.value)
-    assert "nothing was written" in str(raised.value) or "pass --skip-bad-records" in str(raised.value)
+    assert "nothing was written" in str(raised.value) or "pass skip_bad_records=True" in str(raised.value)
     assert not [name for name in os.listdir(tmp_path) if name.startswith("strict")]
 
 
