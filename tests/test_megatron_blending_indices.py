@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from mmidx_builder.errors import ParameterError
-from mmidx_builder.megatron import blending_indices
+from mmidx_builder.megatron import blending_indices as blending
 
 
 def their_weighted(helpers, weights, size):
@@ -43,22 +43,22 @@ def lanes(request, monkeypatch):
     """The default tuning, then small chunks (thousands of lanes, >32767 / n for the int16
     products), then no warm-up at all (guessed states are often wrong: chunks are rerun)."""
     if request.param == "many lanes":
-        monkeypatch.setattr(blending_indices, "_MIN_CHUNK", 16)
-        monkeypatch.setattr(blending_indices, "_MAX_LANES", 5000)
-        monkeypatch.setattr(blending_indices, "_WARMUP", 4)
-        monkeypatch.setattr(blending_indices, "_BLOCK_STEPS", 7)
+        monkeypatch.setattr(blending, "_MIN_CHUNK", 16)
+        monkeypatch.setattr(blending, "_MAX_LANES", 5000)
+        monkeypatch.setattr(blending, "_WARMUP", 4)
+        monkeypatch.setattr(blending, "_BLOCK_STEPS", 7)
     elif request.param == "no warm-up":
-        monkeypatch.setattr(blending_indices, "_MIN_CHUNK", 40)
-        monkeypatch.setattr(blending_indices, "_WARMUP", 0)
+        monkeypatch.setattr(blending, "_MIN_CHUNK", 40)
+        monkeypatch.setattr(blending, "_WARMUP", 0)
     runs = {"lanes": 0, "max lanes": 0, "reruns": 0}
-    original = blending_indices._run_lanes
+    original = blending._run_lanes
 
     def counting(weights, caps, first_steps, counts, num_steps, snapshot_step, write):
         runs["reruns" if snapshot_step is None else "lanes"] += 1
         runs["max lanes"] = max(runs["max lanes"], len(first_steps))
         return original(weights, caps, first_steps, counts, num_steps, snapshot_step, write)
 
-    monkeypatch.setattr(blending_indices, "_run_lanes", counting)
+    monkeypatch.setattr(blending, "_run_lanes", counting)
     yield request.param
     # The machinery was really exercised: many lanes, and chunks rerun after failing verification.
     if request.param == "many lanes":
@@ -75,7 +75,7 @@ def test_weighted_blends_equal_helpers_cpp(megatron, lanes):
         weights = random_weights(rng, n)
         # Case 0: 17 datasets x 5000 lanes, past int16 in the lane arithmetic when lanes are many.
         size = int(rng.choice([0, 1, 2, 3, 64, 65, 1000, 20011, 80000])) if case else 80000
-        ours = blending_indices.build_blending_indices(weights, size)
+        ours = blending.build_blending_indices(weights, size)
         index, sample = their_weighted(megatron.helpers, weights, size)
         label = f"case {case}: n={n} size={size} weights={weights.tolist()}"
         assert ours.dataset_index.dtype == np.int16 and ours.dataset_sample_index.dtype == np.int64
@@ -91,7 +91,7 @@ def test_exhaustive_blends_equal_helpers_cpp(megatron, lanes):
         sizes = rng.randint(1, int(rng.choice([2, 5, 300, 9000])), n)
         if rng.rand() < 0.3:
             sizes[rng.randint(n)] = 1  # a dataset used up at once
-        ours = blending_indices.build_exhaustive_blending_indices(sizes)
+        ours = blending.build_exhaustive_blending_indices(sizes)
         index, sample = their_exhaustive(megatron.helpers, sizes)
         assert np.array_equal(ours.dataset_index, index), f"case {case}: sizes={sizes.tolist()}"
         assert np.array_equal(ours.dataset_sample_index, sample), f"case {case}: sizes={sizes.tolist()}"
@@ -101,7 +101,7 @@ def test_draws_follow_the_weights_and_count_up_per_dataset():
     """Invariants, without the oracle: each dataset's draws are 0, 1, 2, ... in order, and its
     share stays within a sample of weight * position."""
     weights = np.array([0.5, 0.3, 0.2])
-    result = blending_indices.build_blending_indices(weights, 50_000)
+    result = blending.build_blending_indices(weights, 50_000)
     for d in range(3):
         drawn = result.dataset_sample_index[result.dataset_index == d]
         assert np.array_equal(drawn, np.arange(len(drawn)))
@@ -119,24 +119,24 @@ def test_draws_follow_the_weights_and_count_up_per_dataset():
 ])
 def test_bad_weights_are_refused(weights, expected):
     with pytest.raises(ParameterError, match=expected):
-        blending_indices.build_blending_indices(weights, 10)
+        blending.build_blending_indices(weights, 10)
 
 
 def test_bad_sizes_are_refused():
     with pytest.raises(ParameterError, match="must be >= 0"):
-        blending_indices.build_blending_indices([1.0], -1)
+        blending.build_blending_indices([1.0], -1)
     with pytest.raises(ParameterError, match="at least one"):
-        blending_indices.build_exhaustive_blending_indices([3, 0])
+        blending.build_exhaustive_blending_indices([3, 0])
     with pytest.raises(ParameterError, match="at most 32766"):
-        blending_indices.build_blending_indices(np.full(40000, 1 / 40000), 5)
+        blending.build_blending_indices(np.full(40000, 1 / 40000), 5)
 
 
 def test_cache_returns_the_same_arrays_and_rebuilds_damage(tmp_path):
     weights = [0.25, 0.75]
-    first = blending_indices.load_or_build_blending_indices(cache_dir=tmp_path, weights=weights, size=1000)
+    first = blending.load_or_build_blending_indices(cache_dir=tmp_path, weights=weights, size=1000)
     files = sorted(os.listdir(tmp_path))
     assert len(files) == 3 and not any(f.endswith(".tmp") for f in files)
-    again = blending_indices.load_or_build_blending_indices(cache_dir=tmp_path, weights=weights, size=1000)
+    again = blending.load_or_build_blending_indices(cache_dir=tmp_path, weights=weights, size=1000)
     assert isinstance(again.dataset_index, np.memmap)  # a hit: read from disk
     assert np.array_equal(again.dataset_index, first.dataset_index)
     assert np.array_equal(again.dataset_sample_index, first.dataset_sample_index)
@@ -144,23 +144,23 @@ def test_cache_returns_the_same_arrays_and_rebuilds_damage(tmp_path):
         if name.endswith(".npy"):
             np.load(tmp_path / name, allow_pickle=False)
     # Another size or other weights: another key.
-    blending_indices.load_or_build_blending_indices(cache_dir=tmp_path, weights=weights, size=999)
-    blending_indices.load_or_build_blending_indices(cache_dir=tmp_path, weights=[0.75, 0.25], size=1000)
+    blending.load_or_build_blending_indices(cache_dir=tmp_path, weights=weights, size=999)
+    blending.load_or_build_blending_indices(cache_dir=tmp_path, weights=[0.75, 0.25], size=1000)
     assert len(os.listdir(tmp_path)) == 9
     # A damaged array is rebuilt, not returned.
     damaged = next(tmp_path / f for f in files if f.endswith("dataset_index.npy"))
     damaged.write_bytes(b"garbage")
-    rebuilt = blending_indices.load_or_build_blending_indices(cache_dir=tmp_path, weights=weights, size=1000)
+    rebuilt = blending.load_or_build_blending_indices(cache_dir=tmp_path, weights=weights, size=1000)
     assert np.array_equal(rebuilt.dataset_index, first.dataset_index)
-    exhaustive = blending_indices.load_or_build_blending_indices(cache_dir=tmp_path, sizes=[3, 4])
-    assert np.array_equal(exhaustive.dataset_index, blending_indices.build_exhaustive_blending_indices([3, 4]).dataset_index)
+    exhaustive = blending.load_or_build_blending_indices(cache_dir=tmp_path, sizes=[3, 4])
+    assert np.array_equal(exhaustive.dataset_index, blending.build_exhaustive_blending_indices([3, 4]).dataset_index)
 
 
 def test_cache_that_cannot_be_written_warns(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     with pytest.warns(UserWarning, match="not cached"):
-        result = blending_indices.load_or_build_blending_indices(cache_dir=blocker / "sub", weights=[1.0], size=3)
+        result = blending.load_or_build_blending_indices(cache_dir=blocker / "sub", weights=[1.0], size=3)
     assert result.dataset_index.tolist() == [0, 0, 0]
     with pytest.raises(ParameterError, match="not both"):
-        blending_indices.load_or_build_blending_indices(cache_dir=None, weights=[1.0], size=3, sizes=[3])
+        blending.load_or_build_blending_indices(cache_dir=None, weights=[1.0], size=3, sizes=[3])
