@@ -419,7 +419,7 @@ def test_a_very_long_line_is_refused_while_reading_in_bounded_memory(tmp_path):
             tracemalloc.stop()
     assert summary.documents == 2 and summary.bad_records == 1
     (where, problem), = summary.bad_examples
-    assert where.endswith("in.jsonl, line 2") and "--max-document-chars 1,000" in problem
+    assert where.endswith("in.jsonl, line 2") and "max_document_chars=1,000" in problem
     # Before, the line was read whole (40 MB) and parsed (another 40 MB) before the check.
     assert peaks[1] - peaks[0] < 4 * 2**20, [f"{peak / 2**20:.1f} MiB" for peak in peaks]
     with pytest.raises(ConvertError, match=r"line 2: a line .* of at least [\d,]+ bytes"):
