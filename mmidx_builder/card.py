@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import provenance
+from . import provenance, sampling
 from ._io import write_atomically
 from .errors import ParameterError
 from .format import ConcatenatedFiles, IndexedFile, split_prefix
@@ -72,8 +72,8 @@ class CardSettings:
     pretty_name: str | None = None
 
     # Builder settings and their defaults (MMIdxConfig's); only these go into `configs`.
-    BUILDER_DEFAULTS = {"seq_length": 2048, "add_extra_token": True, "seed": 1234,
-                        "num_epochs": None, "num_samples": None}
+    BUILDER_DEFAULTS = {"seq_length": sampling.DEFAULT_SEQ_LENGTH, "add_extra_token": True,
+                        "seed": sampling.DEFAULT_SEED, "num_epochs": None, "num_samples": None}
 
     def merged_with(self, previous: dict) -> "CardSettings":
         values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -178,10 +178,8 @@ def _refuse_files_in_no_split(base: str, splits: dict[str, list[str]]) -> None:
 
 def collect(directory: str | os.PathLike, settings: CardSettings) -> list[SplitFacts]:
     """Opens every pair (validating it), checksums it and counts the split's samples."""
-    from . import sampling  # the builder's own sample count
-
     base = Path(directory)
-    sample_length = settings.seq_length + int(settings.add_extra_token)
+    sample_length = sampling.sample_length(settings.seq_length, settings.add_extra_token)
     facts = []
     for split, bin_names in find_splits(base).items():
         pairs, files = [], []
@@ -410,7 +408,7 @@ def render_card(directory: str | os.PathLike, settings: CardSettings | None = No
     previous, hand_written = _split_existing(existing, readme) if existing else ({}, "\n")
     settings = (settings or CardSettings()).merged_with(previous)
     splits = collect(directory, settings)
-    sample_length = settings.seq_length + int(settings.add_extra_token)
+    sample_length = sampling.sample_length(settings.seq_length, settings.add_extra_token)
     dtypes = {s.dtype for s in splits}
     if len(dtypes) > 1:
         raise ParameterError(f"{directory}: splits hold different token dtypes "

@@ -31,6 +31,7 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from ._io import temporary_path
+from .checks import check_int
 from .dtypes import Flavour, writer_dtype
 from .errors import ConvertError, ParameterError
 from .fairseq import Dictionary, dictionary_path
@@ -244,13 +245,11 @@ def preprocess(*, source_lang: str, target_lang: str | None = None, trainpref=No
         raise ParameterError(f"give both --source-lang and --target-lang, got {source_lang!r} and {target_lang!r}")
     if source_lang == target_lang:
         raise ParameterError(f"source and target language are both {source_lang!r}")
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ParameterError(f"workers must be a whole number >= 1, got {workers!r}")
+    check_int("workers", workers, 1)
     numbers = dict(thresholdsrc=thresholdsrc, thresholdtgt=thresholdtgt, nwordssrc=nwordssrc, nwordstgt=nwordstgt,
                    padding_factor=padding_factor)
     for name, value in numbers.items():
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ParameterError(f"{name} must be a whole number, got {value!r}")
+        check_int(name, value)
     if joined_dictionary and srcdict and tgtdict:
         raise ParameterError("cannot use both --srcdict and --tgtdict with --joined-dictionary")
     train, valid, test = _prefixes(trainpref), _prefixes(validpref), _prefixes(testpref)

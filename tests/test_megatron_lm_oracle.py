@@ -35,7 +35,7 @@ import pytest
 import mmidx_builder  # noqa: F401  registers the builders
 from mmidx_builder.errors import ParameterError
 from mmidx_builder.format import write_documents
-from mmidx_builder.megatron.args import settings_from_megatron_args
+from mmidx_builder.megatron import resolve
 
 pytestmark = pytest.mark.megatron
 
@@ -328,10 +328,11 @@ def our_micro_batches(command, version, consumed, streaming, workers, cache_dir,
 
     from mmidx_builder.training import MegatronCollator, megatron_rank_stream
 
-    settings = settings_from_megatron_args(command, megatron_version=version)
-    flags = settings["collator_flags"]
+    settings = resolve(command, megatron_version=version).settings
+    # One command line for both: the collator's flags come from it too.
+    collate = MegatronCollator.from_megatron_args(command, megatron_version=version)
     loaded = load_dataset("mmidx", megatron_args=command, megatron_version=version, streaming=streaming,
-                          document_structure=flags["inter_document_masking"], cache_dir=str(cache_dir))
+                          document_structure=collate.inter_document_masking, cache_dir=str(cache_dir))
     sizes = _micro_batch_sizes(command, version)
     out = {}
     for split in SPLITS:
@@ -343,7 +344,7 @@ def our_micro_batches(command, version, consumed, streaming, workers, cache_dir,
             stream = megatron_rank_stream(loaded[split], rank, WORLD_SIZE, sizes[split],
                                           consumed if split == "train" else 0)
             loader = torch.utils.data.DataLoader(stream, batch_size=sizes[split], num_workers=workers,
-                                                 collate_fn=MegatronCollator(**flags))
+                                                 collate_fn=collate)
             batches = []
             for batch in loader:
                 batches.append({k: v.numpy() for k, v in batch.items()})
@@ -439,8 +440,8 @@ def test_null_tokenizer_eod_follows_the_version(megatron_lm):
     """The EOD Megatron-LM's NullTokenizer gives GPTDataset is what collator_flags carry, per version."""
     for version in BOTH:
         theirs = _result(megatron_lm, version, "gpt3")["ranks"][0]["meta"]["eod"]
-        ours = settings_from_megatron_args(_command(CASES["gpt3"][0], {"web": "w", "root": "r"}),
-                                           megatron_version=version)["collator_flags"]["eod_id"]
+        ours = resolve(_command(CASES["gpt3"][0], {"web": "w", "root": "r"}),
+                       megatron_version=version).collator_flags["eod_id"]
         assert ours == theirs == {"core_v0.16": VOCAB, "core_v0.19": VOCAB - 1}[version]
 
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..sampling import DEFAULT_SEQ_LENGTH
+
 
 def _add_card_settings(parser) -> None:
     """The card options; each left out keeps what the existing card says."""
-    parser.add_argument("--seq-length", type=int, help="default seq_length written into configs (default 2048)")
+    parser.add_argument("--seq-length", type=int, help=f"default seq_length written into configs (default {DEFAULT_SEQ_LENGTH})")
     parser.add_argument("--tokenizer", help="which tokenizer made the ids, e.g. 'gpt2 (tiktoken)'")
     parser.add_argument("--made-with", help="how the data was made, one line")
     parser.add_argument("--license", help="license id for the metadata (default 'other')")
