@@ -23,8 +23,6 @@ import os
 import shlex
 import socket
 import subprocess
-import sys
-import tarfile
 import time
 import warnings
 from pathlib import Path
@@ -36,21 +34,10 @@ import mmidx_builder  # noqa: F401  registers the builders
 from mmidx_builder.errors import ParameterError
 from mmidx_builder.format import write_documents
 from mmidx_builder.megatron import resolve
+from megatron_lm_archive import ORACLES, oracle
 
 pytestmark = pytest.mark.megatron
 
-ROOT = Path(__file__).resolve().parent.parent
-ARCHIVES = Path(os.environ.get("MMIDX_MEGATRON_LM_ARCHIVES") or ROOT.parent / "shared" / "oracles" / "megatron-lm")
-ORACLES = {  # megatron_version -> (archive, the python of the venv with its megatron-core, whose version)
-    "core_v0.16": ("megatron-lm-core_v0.16.1.tar.gz",
-                   os.environ.get("MMIDX_MEGATRON016_PYTHON") or str(ROOT / ".venv-megatron016" / "bin" / "python"),
-                   "0.16.1"),
-    "core_v0.19": ("megatron-lm-core_v0.19.0.tar.gz", sys.executable, "0.19.2"),
-}
-# Without importing megatron.core (seconds): the installed version, and what the training code imports.
-PROBE = """import sys, importlib.metadata as m, importlib.util as u
-sys.exit(m.version("megatron-core") != sys.argv[1] or not all(u.find_spec(n) for n in ("pydantic", "torch", "triton")))
-"""
 WORLD_SIZE = 2
 MICRO_BATCHES = 3  # compared per split and rank
 DEADLINE = 60  # seconds for one case once the previous one is done (its own few seconds, on a busy machine)
@@ -185,26 +172,6 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _oracle(version: str, cache: Path):
-    """(python, extracted Megatron-LM folder) for ``version``; skips or fails as the module says."""
-    archive_name, python, core_version = ORACLES[version]
-    archive = ARCHIVES / archive_name
-    if not archive.is_file():
-        pytest.skip(f"no Megatron-LM archive {archive} (CI has ../shared/oracles/megatron-lm)")
-    if not (os.path.isfile(python)
-            and subprocess.run([python, "-c", PROBE, core_version], capture_output=True).returncode == 0):
-        why = (f"no megatron-core {core_version} under {python} for Megatron-LM {version} "
-               "(bash scripts/install_megatron016_oracle.sh .venv-megatron016, scripts/install_oracle.sh .venv)")
-        if os.environ.get("MMIDX_REQUIRE_ORACLE") == "1":
-            pytest.fail(why)
-        pytest.skip(why)
-    folder = cache / version
-    if not (folder / "pretrain_gpt.py").exists():
-        with tarfile.open(archive) as tar:
-            tar.extractall(folder, filter="data")
-    return python, folder
-
-
 def run_megatron_lm(python: str, code: Path, cases: list[dict], out: Path) -> dict:
     """Every case's result: ``{"ranks": [npz, ...]}``, ``{"error": ...}`` (Megatron-LM raised), or
     ``{"hang": True}`` (no answer before the deadline: the ranks are stopped, the next cases run
@@ -277,7 +244,7 @@ def megatron_lm(corpora, tmp_path_factory):
     oracles, missing = {}, {}
     for version in ORACLES:
         try:
-            oracles[version] = _oracle(version, cache)
+            oracles[version] = oracle(version, cache)
         except pytest.skip.Exception as skipped:  # the other version may still run
             missing[version] = str(skipped)
     jobs = {version: [] for version in oracles}
@@ -477,7 +444,7 @@ def test_rampup_train_iters_are_megatron_lm_core_v0_16s(tmp_path):
     source) over megatron-core 0.16.1's ramp-up calculator, on random ramp-ups."""
     from mmidx_builder.megatron.versions import rampup_train_iters
 
-    python, code = _oracle("core_v0.16", tmp_path)
+    python, code = oracle("core_v0.16", tmp_path)
     rng = np.random.default_rng(16)
     configs = []
     for _ in range(300):

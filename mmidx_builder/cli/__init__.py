@@ -2,13 +2,16 @@
 
 argparse lives here and only here; the library takes plain arguments. Every subcommand
 catches only the package's own :class:`MMIdxError` (and OS errors such as a missing file)
-and prints it as one line with exit code 1, never a traceback. Command modules import the
+and prints it as one line with exit code 1, never a traceback. The library's messages name
+its keyword arguments (``workers=0``); :func:`as_flags` says them as the command's flags
+(``--workers 0``), the one place the CLI maps the two. Command modules import the
 library inside their handlers, so ``mmidx inspect`` starts without importing ``datasets``.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 
 from ..errors import MMIdxError
@@ -26,14 +29,34 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def as_flags(message: str, command: argparse.ArgumentParser) -> str:
+    """``message`` with each keyword a flag of ``command`` sets (``workers=0``, the option whose
+    dest is ``workers``) said as that flag (``--workers 0``). A command's options are named as
+    the library's keywords (``--max-document-chars`` for ``max_document_chars=``), so the
+    parser itself is the mapping."""
+    flags = {action.dest: max(action.option_strings, key=len) for action in command._actions
+             if action.option_strings and action.dest != argparse.SUPPRESS}
+    if not flags:
+        return message
+    names = "|".join(re.escape(name) for name in sorted(flags, key=len, reverse=True))
+    return re.sub(rf"(?<![\w.\-/])({names})=", lambda match: flags[match.group(1)] + " ", message)
+
+
+def _command_parser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return commands.choices[name]
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     try:
         args.run(args)
     except BrokenPipeError:  # `mmidx show ... | head` closed the pipe: not an error
         return 0
     except (MMIdxError, OSError) as error:
-        print(f"mmidx {args.command}: error: {error}", file=sys.stderr)
+        message = as_flags(str(error), _command_parser(parser, args.command))
+        print(f"mmidx {args.command}: error: {message}", file=sys.stderr)
         return 1
     return 0
 

@@ -200,6 +200,8 @@ class Resolution:
         explicit = {k: v for k, v in self._explicit.items() if k in SETTINGS}
         if any(name in explicit for name in BLEND_SETTINGS):
             given = {k: v for k, v in given.items() if k not in BLEND_SETTINGS}  # a blend is replaced whole
+            if "data_path" not in explicit:
+                given.pop("split_ratios", None)  # --split goes with --data-path, not per-split blends
         settings = {**SETTINGS, **given, **explicit}
         check_settings(seq_length=settings["seq_length"], seed=settings["seed"])
         check_seq_length(settings["seq_length"])
