@@ -302,7 +302,7 @@ def test_dictionary_order_counts_then_code_points(tmp_path):
     ({"workers": 0}, "workers=0: expected a whole number >= 1"),
     ({"nwordssrc": 2.5}, "nwordssrc=2.5: expected a whole number"),
     ({"target_lang": "de"}, "source and target language are both 'de'"),
-    ({"joined_dictionary": True, "srcdict": "a", "tgtdict": "b"}, "cannot use both --srcdict and --tgtdict"),
+    ({"joined_dictionary": True, "srcdict": "a", "tgtdict": "b"}, "cannot use both srcdict= and tgtdict= with joined_dictionary=True"),
 ])
 def test_bad_settings_are_named(tmp_path, settings, message):
     args = dict(source_lang="de", target_lang="en", trainpref=str(tmp_path / "train"), destdir=tmp_path / "out")

@@ -31,15 +31,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 def as_flags(message: str, command: argparse.ArgumentParser) -> str:
     """``message`` with each keyword a flag of ``command`` sets (``workers=0``, the option whose
-    dest is ``workers``) said as that flag (``--workers 0``). A command's options are named as
-    the library's keywords (``--max-document-chars`` for ``max_document_chars=``), so the
-    parser itself is the mapping."""
-    flags = {action.dest: max(action.option_strings, key=len) for action in command._actions
-             if action.option_strings and action.dest != argparse.SUPPRESS}
-    if not flags:
+    dest is ``workers``) said as that flag (``--workers 0``; ``srcdict=`` alone, ``--srcdict``;
+    a switch's ``joined_dictionary=True``, ``--joined-dictionary``). A command's options are
+    named as the library's keywords, so the parser itself is the mapping."""
+    options = {action.dest: action for action in command._actions
+               if action.option_strings and action.dest != argparse.SUPPRESS}
+    if not options:
         return message
-    names = "|".join(re.escape(name) for name in sorted(flags, key=len, reverse=True))
-    return re.sub(rf"(?<![\w.\-/])({names})=", lambda match: flags[match.group(1)] + " ", message)
+
+    def say(match) -> str:
+        action, value = options[match.group(1)], match.group(2)
+        flag = max(action.option_strings, key=len)
+        if action.nargs == 0 and value in ("", "True"):  # a switch: the flag says it
+            return flag
+        return f"{flag} {value}" if value else flag
+
+    names = "|".join(re.escape(name) for name in sorted(options, key=len, reverse=True))
+    return re.sub(rf"(?<![\w.\-/])({names})=([^\s,;)]*)", say, message)
 
 
 def _command_parser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
