@@ -52,6 +52,24 @@ def test_one_result_holds_settings_plans_and_collator_flags():
     assert alone.collator_flags == COLLATOR_DEFAULTS
 
 
+def test_the_resolver_is_the_one_list_of_megatron_settings():
+    """A new setting is a SETTINGS entry: load_dataset's config takes every one (datasets needs a
+    field per keyword), the plan every one but the shared sampling settings, and the builder
+    is picked by each one a .bin/.idx load does not have."""
+    import dataclasses
+    import inspect
+
+    from mmidx_builder.hf.common import GPTConfig
+    from mmidx_builder.hf.mmidx_megatron import OWN_SETTINGS, MegatronConfig
+    from mmidx_builder.megatron.args import SAMPLING_SETTINGS
+    from mmidx_builder.megatron.blend import megatron_plan
+
+    assert set(SETTINGS) <= {f.name for f in dataclasses.fields(MegatronConfig)}
+    assert set(SETTINGS) - set(SAMPLING_SETTINGS) == set(inspect.signature(megatron_plan).parameters)
+    assert set(OWN_SETTINGS) == {"megatron_args", "megatron_version"} | (
+        set(SETTINGS) - {f.name for f in dataclasses.fields(GPTConfig)})
+
+
 def test_explicit_keywords_override_the_command_line():
     command = f"{RUN} --reset-position-ids --eod-mask-loss --seed 9"
     resolution = resolve(command, seq_length=32, seed=3, reset_position_ids=False, create_attention_mask=False,
