@@ -87,14 +87,14 @@ class PretokenizedTokenizer(Tokenizer):
 
     def __init__(self, vocab_size: int | None, eod_id: int | None = None):
         if vocab_size is None or vocab_size < 1:
-            raise ConvertError("tokenizer='none' needs vocab_size= (the output dtype follows from it, "
+            raise ConvertError("--tokenizer none needs --vocab-size (the output dtype follows from it, "
                                f"as in Megatron), got {vocab_size}")
         self.name = "none"
         self.eod_id = eod_id
         self.vocab_size = vocab_size if eod_id is None else max(vocab_size, eod_id + 1)
 
     def encode_batch(self, texts):
-        raise ConvertError("tokenizer='none' reads token-id lists; it cannot encode text")
+        raise ConvertError("--tokenizer none reads token-id lists; it cannot encode text")
 
 
 def _import(module: str, extra: str):
@@ -270,15 +270,15 @@ def load_tokenizer(spec: str, *, eod_id: int | None = None, vocab_size: int | No
         return spec
     if spec in megatron_tokenizers.NAMES:
         if add_special_tokens:
-            raise ConvertError(f"add_special_tokens=True does not apply to tokenizer={spec!r} (Megatron adds none)")
+            raise ConvertError(f"--add-special-tokens does not apply to --tokenizer {spec} (Megatron adds none)")
         return MegatronVocabTokenizer(spec, eod_id, vocab_size=vocab_size, **files)
-    given = [f"{name}=" for name, value in files.items() if value is not None]
+    given = [f"--{name.replace('_', '-')}" for name, value in files.items() if value is not None]
     if given:
-        raise ConvertError(f"{', '.join(given)} apply to tokenizer= {' / '.join(megatron_tokenizers.NAMES)}, "
-                           f"not to tokenizer={spec!r}")
+        raise ConvertError(f"{', '.join(given)} apply to --tokenizer {' / '.join(megatron_tokenizers.NAMES)}, "
+                           f"not to --tokenizer {spec}")
     if add_special_tokens and spec in ("bytes", "none"):
-        raise ConvertError(f"add_special_tokens=True applies to tokenizer.json and sentencepiece tokenizers, "
-                           f"not to tokenizer={spec!r}")
+        raise ConvertError(f"--add-special-tokens applies to tokenizer.json and sentencepiece tokenizers, "
+                           f"not to --tokenizer {spec}")
     if spec == "bytes":
         return BytesTokenizer(eod_id)
     if spec == "none":

@@ -221,7 +221,7 @@ def test_pretokenized_json_and_parquet(tmp_path):
     assert indexed.dtype == np.int32  # vocab >= 65500
     assert documents_of(summary.outputs["ids"]) == [ids + [69999] if ids else [] for ids in lists] * 2
 
-    with pytest.raises(ConvertError, match="vocab_size="):
+    with pytest.raises(ConvertError, match="vocab-size"):
         convert([str(tmp_path / "ids.jsonl")], str(tmp_path / "q"), "none", json_keys=["ids"])
     with pytest.raises(ConvertError, match=r"ids\.jsonl, line 2: 'ids': token ids must lie in \[0, 1000\)"):
         convert([str(tmp_path / "ids.jsonl")], str(tmp_path / "q"), "none", json_keys=["ids"], vocab_size=1000)
