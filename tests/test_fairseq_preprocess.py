@@ -299,8 +299,8 @@ def test_dictionary_order_counts_then_code_points(tmp_path):
 
 
 @pytest.mark.parametrize("settings,message", [
-    ({"workers": 0}, "workers=0: expected a whole number >= 1"),
-    ({"nwordssrc": 2.5}, "nwordssrc=2.5: expected a whole number"),
+    ({"workers": 0}, "workers= must be at least 1, got 0"),
+    ({"nwordssrc": 2.5}, "nwordssrc= must be a whole number, got 2.5"),
     ({"target_lang": "de"}, "source and target language are both 'de'"),
     ({"joined_dictionary": True, "srcdict": "a", "tgtdict": "b"}, "cannot use both srcdict= and tgtdict= with joined_dictionary=True"),
 ])

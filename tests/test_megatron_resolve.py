@@ -123,9 +123,9 @@ def test_a_seed_numpy_cannot_take_is_refused_before_any_file_is_read():
     """On main the Megatron builder checked only seed >= 0 and failed later, in the shuffle."""
     from datasets import load_dataset_builder
 
-    with pytest.raises(ParameterError, match=r"seed=4294967296: expected a whole number in \[0, 2\*\*32\)"):
+    with pytest.raises(ParameterError, match=r"seed= must be below 2\*\*32 .*got 4294967296"):
         resolve(RUN, seed=2**32).settings
-    with pytest.raises(ParameterError, match="seed=4294967296"):
+    with pytest.raises(ParameterError, match="seed= must be below 2"):
         load_dataset_builder("mmidx", data_path=["/nowhere/a_text_document"], seed=2**32)
 
 

@@ -216,7 +216,7 @@ def test_bad_input_is_refused_clearly(torch, corpora):
         MegatronCollator()
     with pytest.raises(ParameterError, match="pad_id 0 equals eod_id"):
         MegatronCollator(0, pad_id=0)
-    with pytest.raises(ParameterError, match="expected True or False"):
+    with pytest.raises(ParameterError, match="must be True or False"):
         MegatronCollator(0, reset_position_ids="yes")
     plain = [{"input_ids": row["input_ids"]} for row in dataset.select(range(2))]
     with pytest.raises(ParameterError, match="document_structure=True"):

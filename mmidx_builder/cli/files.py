@@ -10,19 +10,20 @@ import json
 
 from ..errors import ParameterError
 from ..sampling import DEFAULT_SEED
+from .keywords import in_flags
 
 
 def add_commands(commands) -> None:
     p = commands.add_parser("inspect", help="flavour, dtype and sizes of a .bin/.idx pair")
     p.add_argument("path", help="PREFIX, PREFIX.bin or PREFIX.idx")
     p.add_argument("--json", action="store_true", help="one JSON object")
-    p.set_defaults(run=_inspect)
+    p.set_defaults(run=_inspect, explain=in_flags(p))
 
     p = commands.add_parser("show", help="the token ids of some sequences")
     p.add_argument("path", help="PREFIX, PREFIX.bin or PREFIX.idx")
     p.add_argument("--sequences", default="0:10", metavar="START:STOP", help="default 0:10")
     p.add_argument("--json", action="store_true", help="one JSON list per line")
-    p.set_defaults(run=_show)
+    p.set_defaults(run=_show, explain=in_flags(p))
 
     p = commands.add_parser("samples", help="what training sees: Megatron GPTDataset samples, in order")
     p.add_argument("path", nargs="?", help="PREFIX, PREFIX.bin or PREFIX.idx (or give --megatron-args)")
@@ -41,7 +42,7 @@ def add_commands(commands) -> None:
     p.add_argument("--first", type=int, metavar="K", help="with PATH: print the first K samples (default 3)")
     p.add_argument("--json", action="store_true", help="one JSON object with the whole index arrays")
     p.add_argument("--save-indices", metavar="DIR", help="write the index arrays to DIR as .npy")
-    p.set_defaults(run=_samples)
+    p.set_defaults(run=_samples, explain=in_flags(p))
 
 
 def _human_bytes(n: int) -> str:

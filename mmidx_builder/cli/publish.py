@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..sampling import DEFAULT_SEQ_LENGTH
+from .keywords import in_flags
 
 
 def _add_card_settings(parser) -> None:
@@ -28,7 +29,7 @@ def add_commands(commands) -> None:
     p.add_argument("directory", metavar="DIR", help="folder of .bin/.idx pairs")
     p.add_argument("--repo-id", help="Hub repo id to show in the loading code (default USER/REPO)")
     _add_card_settings(p)
-    p.set_defaults(run=_run_card)
+    p.set_defaults(run=_run_card, explain=in_flags(p))
 
     p = commands.add_parser("upload", help="publish DIR as a Hub dataset repo (writes its card first)")
     p.add_argument("directory", metavar="DIR", help="folder of .bin/.idx pairs")
@@ -40,7 +41,7 @@ def add_commands(commands) -> None:
     p.add_argument("--dry-run", action="store_true",
                    help="print every file, its size and what would happen; no network")
     _add_card_settings(p)
-    p.set_defaults(run=_run_upload)
+    p.set_defaults(run=_run_upload, explain=in_flags(p))
 
 
 def _run_card(args) -> None:
