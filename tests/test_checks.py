@@ -16,8 +16,7 @@ from mmidx_builder.fairseq import check_upsample_primary
 from mmidx_builder.fairseq_batches import max_tokens_batches
 from mmidx_builder.fairseq_items import PairItems
 from mmidx_builder.fairseq_preprocess import preprocess
-from mmidx_builder.megatron.blend import megatron_plan
-from mmidx_builder.megatron.blending import build_blending_indices
+from mmidx_builder.megatron import resolve
 from mmidx_builder.rawfiles import RawFiles, diff_chunks
 
 
@@ -32,8 +31,7 @@ WHOLE_NUMBERS = {
     "seq_length": lambda value, raw: sampling.count_samples(100, seq_length=value),
     "max_tokens": lambda value, raw: max_tokens_batches([3, 4], None, value),
     "workers": lambda value, raw: preprocess(source_lang="en", target_lang="de", workers=value, dict_only=True),
-    "num_samples['train']": lambda value, raw: megatron_plan(data_path="A", num_samples={"train": value}),
-    "size": lambda value, raw: build_blending_indices([1.0], value),
+    "num_samples['train']": lambda value, raw: resolve(data_path="A", num_samples={"train": value}).plans,
     "upsample_primary": lambda value, raw: check_upsample_primary(value),
     "max_source_positions": lambda value, raw: PairItems(truncate_source=True, max_source_positions=value),
     "diff_chunks seq_length": lambda value, raw: diff_chunks(raw, value),

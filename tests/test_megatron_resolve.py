@@ -61,8 +61,7 @@ def test_the_resolver_is_the_one_list_of_megatron_settings():
 
     from mmidx_builder.hf.common import GPTConfig
     from mmidx_builder.hf.mmidx_megatron import OWN_SETTINGS, MegatronConfig
-    from mmidx_builder.megatron.args import SAMPLING_SETTINGS
-    from mmidx_builder.megatron.blend import megatron_plan
+    from mmidx_builder.megatron.args import SAMPLING_SETTINGS, megatron_plan
 
     assert set(SETTINGS) <= {f.name for f in dataclasses.fields(MegatronConfig)}
     assert set(SETTINGS) - set(SAMPLING_SETTINGS) == set(inspect.signature(megatron_plan).parameters)

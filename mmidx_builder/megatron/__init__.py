@@ -1,8 +1,9 @@
 """Megatron's data arguments: blends, split strings, per-split data and sizes (blend.py), the
-blending indices (blending.py), the splits built over opened files (splits.py) and
-:func:`resolve`, which reads a Megatron command line and keywords as the settings, per-split
-plans and collator flags they imply (args.py). Pure numpy; no ``datasets``."""
+blending indices (blending.py), the splits built over opened files (splits.py) and a
+Megatron command line read as these arguments (args.py). Pure numpy; no ``datasets``."""
 
+# resolve (args.py): a Megatron command line and keywords read once, as the samples' settings,
+# the per-split plans and MegatronCollator's flags.
 from .args import Resolution, resolve
 
 __all__ = ["Resolution", "resolve"]
