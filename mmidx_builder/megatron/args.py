@@ -175,7 +175,7 @@ class Resolution:
     """What :func:`resolve` gives.
 
     ``settings``: the samples' settings, every key of SETTINGS (None where nothing gives one).
-    ``plans``: the per-split plans (blend.SplitPlan by split name), before any file is opened.
+    ``plans``: the per-split plans (a SplitPlan by split name, megatron_plan's), before any file is opened.
     ``collator_flags``: MegatronCollator's keywords (every key of COLLATOR_DEFAULTS).
     ``megatron_version``: the Megatron-LM release followed.
 
