@@ -374,7 +374,9 @@ def _recorded_settings(readme: Path, body: str) -> dict:
     for name, value in recorded.items():
         wanted = types.get(name, str)
         if value is not None and (not isinstance(value, wanted) or (wanted is int and isinstance(value, bool))):
-            raise ParameterError(f"{readme}: the '<!-- mmidx card settings -->' comment records {name}={value!r}; "
+            # Quoted as the comment's JSON: it is a field of the file, not a keyword of the call.
+            raise ParameterError(f"{readme}: the '<!-- mmidx card settings -->' comment records "
+                                 f"{json.dumps(name)}: {json.dumps(value)}; "
                                  f"expected {wanted.__name__}; fix it or delete the line and run again")
     return recorded
 
