@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import provenance
+from . import provenance, sampling
 from ._io import write_atomically
 from .errors import ParameterError
 from .format import IndexedFile, split_prefix
@@ -73,8 +73,8 @@ class CardSettings:
     pretty_name: str | None = None
 
     # Builder settings and their defaults (MMIdxConfig's); only these go into `configs`.
-    BUILDER_DEFAULTS = {"seq_length": 2048, "add_extra_token": True, "seed": 1234,
-                        "num_epochs": None, "num_samples": None}
+    BUILDER_DEFAULTS = {"seq_length": sampling.DEFAULT_SEQ_LENGTH, "add_extra_token": True,
+                        "seed": sampling.DEFAULT_SEED, "num_epochs": None, "num_samples": None}
 
     def merged_with(self, previous: dict) -> "CardSettings":
         values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -179,10 +179,8 @@ def _refuse_files_in_no_split(base: str, splits: dict[str, list[str]]) -> None:
 
 def collect(directory: str | os.PathLike, settings: CardSettings) -> list[SplitFacts]:
     """Opens every pair (validating it), checksums it and counts the split's samples."""
-    from . import sampling  # the builder's own sample count
-
     base = Path(directory)
-    sample_length = settings.seq_length + int(settings.add_extra_token)
+    sample_length = sampling.sample_length(settings.seq_length, settings.add_extra_token)
     facts = []
     for split, bin_names in find_splits(base).items():
         pairs, files = [], []
@@ -377,7 +375,9 @@ def _recorded_settings(readme: Path, body: str) -> dict:
     for name, value in recorded.items():
         wanted = types.get(name, str)
         if value is not None and (not isinstance(value, wanted) or (wanted is int and isinstance(value, bool))):
-            raise ParameterError(f"{readme}: the '<!-- mmidx card settings -->' comment records {name}={value!r}; "
+            # Quoted as the comment's JSON: it is a field of the file, not a keyword of the call.
+            raise ParameterError(f"{readme}: the '<!-- mmidx card settings -->' comment records "
+                                 f"{json.dumps(name)}: {json.dumps(value)}; "
                                  f"expected {wanted.__name__}; fix it or delete the line and run again")
     return recorded
 
@@ -411,7 +411,7 @@ def render_card(directory: str | os.PathLike, settings: CardSettings | None = No
     previous, hand_written = _split_existing(existing, readme) if existing else ({}, "\n")
     settings = (settings or CardSettings()).merged_with(previous)
     splits = collect(directory, settings)
-    sample_length = settings.seq_length + int(settings.add_extra_token)
+    sample_length = sampling.sample_length(settings.seq_length, settings.add_extra_token)
     dtypes = {s.dtype for s in splits}
     if len(dtypes) > 1:
         raise ParameterError(f"{directory}: splits hold different token dtypes "

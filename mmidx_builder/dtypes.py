@@ -20,6 +20,7 @@ import enum
 
 import numpy as np
 
+from .checks import check_int
 from .errors import ParameterError
 
 
@@ -63,8 +64,7 @@ def smallest_dtype(vocab_size: int, flavour: Flavour = Flavour.MEGATRON) -> np.d
     (Megatron's ``DType.optimal_dtype`` and fairseq's ``best_fitting_int_dtype``), then
     int32 for Megatron (its table has no uint32) or uint32 / int64 for fairseq.
     """
-    if vocab_size < 1:
-        raise ParameterError(f"vocab_size must be at least 1, got {vocab_size}")
+    vocab_size = check_int("vocab_size", vocab_size, 1)
     if vocab_size <= 256:
         return np.dtype(np.uint8)
     if vocab_size < UINT16_VOCAB_LIMIT:

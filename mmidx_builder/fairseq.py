@@ -26,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 
 from ._io import atomic_output, is_remote
+from .checks import check_int
 from .errors import FormatError, MissingPartnerError, ParameterError
 # fairseq's max_tokens batching lives in its own module (pure index arithmetic); its names
 # stay importable from here.
@@ -340,8 +341,7 @@ def dictionary_path(folder: str, lang: str) -> str:
 
 def check_upsample_primary(value) -> None:
     """fairseq's ``--upsample-primary``: a whole number of at least 1."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ParameterError(f"upsample_primary must be a whole number >= 1, got {value!r}")
+    check_int("upsample_primary", value, 1)
 
 
 class LanguagePairs:
@@ -475,8 +475,7 @@ def pair_tables(pairs: LanguagePairs, start: int = 0, stop: int | None = None, b
     ``source`` and ``target`` (lists of the files' dtypes), and with ``dictionaries``
     (source, target) also ``source_text`` / ``target_text``, decoded with ``bpe``."""
     stop = pairs.num_pairs if stop is None else min(int(stop), pairs.num_pairs)
-    if batch_size < 1:
-        raise ParameterError(f"batch_size must be at least 1, got {batch_size}")
+    batch_size = check_int("batch_size", batch_size, 1)
     schema = pair_schema(pairs, dictionaries is not None)
     for begin in range(int(start), stop, batch_size):
         ids = np.arange(begin, min(begin + batch_size, stop), dtype=np.int64)

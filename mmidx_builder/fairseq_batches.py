@@ -35,6 +35,7 @@ import numbers
 
 import numpy as np
 
+from .checks import SEED_LIMIT, check_int, check_seed
 from .errors import ParameterError
 
 FAIRSEQ_VERSIONS = ("0.12.3.1", "0.12.2")
@@ -48,15 +49,6 @@ def _check_version(fairseq_version: str) -> str:
         raise ParameterError(f"fairseq_version must be one of {', '.join(map(repr, FAIRSEQ_VERSIONS))}, "
                              f"got {fairseq_version!r}")
     return fairseq_version
-
-
-def _whole(name: str, value, minimum: int, allow_none: bool = True) -> int | None:
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        none = " or None" if allow_none else ""
-        raise ParameterError(f"{name} must be a whole number >= {minimum}{none}, got {value!r}")
-    return int(value)
 
 
 def ordered_indices(src_sizes, tgt_sizes=None, seed: int | None = 1, shuffle: bool = True) -> np.ndarray:
@@ -130,9 +122,9 @@ def batch_by_size(indices, num_tokens, max_tokens: int | None = None, max_senten
     An example longer than ``max_tokens`` raises :class:`ParameterError` (fairseq asserts).
     """
     _check_version(fairseq_version)
-    max_tokens = _whole("max_tokens", max_tokens, 1)
-    max_sentences = _whole("max_sentences", max_sentences, 1)
-    multiple = _whole("required_batch_size_multiple", required_batch_size_multiple, 1, allow_none=False)
+    max_tokens = check_int("max_tokens", max_tokens, 1, "or None for no limit", allow_none=True)
+    max_sentences = check_int("max_sentences", max_sentences, 1, "or None for no limit", allow_none=True)
+    multiple = check_int("required_batch_size_multiple", required_batch_size_multiple, 1)
     indices = np.asarray(indices, np.int64)
     num_tokens = np.asarray(num_tokens, np.int64)
     if indices.shape != num_tokens.shape or indices.ndim != 1:
@@ -215,9 +207,12 @@ def max_tokens_batches(src_sizes, tgt_sizes, max_tokens: int | None, seed: int =
     similar lengths; as in fairseq, batches after the last whole run are left out.
     """
     _check_version(fairseq_version)
-    seed = _whole("seed", seed, 0, allow_none=False)
-    start_epoch = _whole("start_epoch", start_epoch, 1, allow_none=False)
-    epoch = _whole("epoch", epoch, start_epoch, allow_none=False)
+    start_epoch = check_int("start_epoch", start_epoch, 1)
+    epoch = check_int("epoch", epoch, start_epoch)
+    seed = check_seed(seed)
+    if seed + epoch >= SEED_LIMIT:  # fairseq seeds numpy with seed + epoch (data_utils.numpy_seed)
+        raise ParameterError(f"seed={seed} with epoch={epoch}: fairseq seeds numpy with seed + epoch, which "
+                             "numpy.random.RandomState takes below 2**32; use a smaller seed")
     src_sizes = np.asarray(src_sizes, np.int64)
     tgt_sizes = None if tgt_sizes is None else np.asarray(tgt_sizes, np.int64)
     if tgt_sizes is not None and len(tgt_sizes) != len(src_sizes):
@@ -239,8 +234,8 @@ def max_tokens_batches(src_sizes, tgt_sizes, max_tokens: int | None, seed: int =
 
 
 def _check_shard(num_shards, shard_id) -> tuple[int, int]:
-    num_shards = _whole("num_shards", num_shards, 1, allow_none=False)
-    shard_id = _whole("shard_id", shard_id, 0, allow_none=False)
+    num_shards = check_int("num_shards", num_shards, 1)
+    shard_id = check_int("shard_id", shard_id, 0)
     if shard_id >= num_shards:
         raise ParameterError(f"shard_id must lie in [0, num_shards={num_shards}), got {shard_id}")
     return num_shards, shard_id

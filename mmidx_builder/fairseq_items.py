@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .checks import check_int
 from .errors import ParameterError
 
 # fairseq's Dictionary always numbers its specials so.
@@ -39,11 +40,8 @@ class PairItems:
     target_id: int | None = None   # ... and index("[tgt]") in the target dictionary
 
     def __post_init__(self):
-        if self.truncate_source and (isinstance(self.max_source_positions, bool) or
-                                     not isinstance(self.max_source_positions, (int, np.integer)) or
-                                     self.max_source_positions < 1):
-            raise ParameterError(f"max_source_positions must be a whole number >= 1 with truncate_source, "
-                                 f"got {self.max_source_positions!r}")
+        if self.truncate_source:
+            check_int("max_source_positions", self.max_source_positions, 1, "truncate_source cuts sources to it")
 
     @classmethod
     def langpair(cls, *, prepend_bos: bool = False, truncate_source: bool = False, max_source_positions: int = 1024,

@@ -31,6 +31,7 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from ._io import temporary_path
+from .checks import check_int
 from .dtypes import Flavour, writer_dtype
 from .errors import ConvertError, ParameterError
 from .fairseq import Dictionary, dictionary_path
@@ -241,31 +242,29 @@ def preprocess(*, source_lang: str, target_lang: str | None = None, trainpref=No
     destdir = os.fspath(destdir)
     langs = [source_lang, target_lang]
     if not source_lang or not target_lang:
-        raise ParameterError(f"give both --source-lang and --target-lang, got {source_lang!r} and {target_lang!r}")
+        raise ParameterError(f"give both source_lang= and target_lang=, got {source_lang!r} and {target_lang!r}")
     if source_lang == target_lang:
         raise ParameterError(f"source and target language are both {source_lang!r}")
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ParameterError(f"workers must be a whole number >= 1, got {workers!r}")
+    check_int("workers", workers, 1)
     numbers = dict(thresholdsrc=thresholdsrc, thresholdtgt=thresholdtgt, nwordssrc=nwordssrc, nwordstgt=nwordstgt,
                    padding_factor=padding_factor)
     for name, value in numbers.items():
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ParameterError(f"{name} must be a whole number, got {value!r}")
+        check_int(name, value)
     if joined_dictionary and srcdict and tgtdict:
-        raise ParameterError("cannot use both --srcdict and --tgtdict with --joined-dictionary")
+        raise ParameterError("cannot use both srcdict= and tgtdict= with joined_dictionary=True")
     train, valid, test = _prefixes(trainpref), _prefixes(validpref), _prefixes(testpref)
     given = {source_lang: srcdict, target_lang: tgtdict}
     if joined_dictionary:
         given = dict.fromkeys(langs, srcdict or tgtdict)
-    for lang, flag, path in ((source_lang, "--srcdict", srcdict), (target_lang, "--tgtdict", tgtdict)):
+    for lang, keyword, path in ((source_lang, "srcdict=", srcdict), (target_lang, "tgtdict=", tgtdict)):
         # As fairseq: checked on the flags as given, so --joined-dictionary --srcdict X
         # still refuses an existing dict.{tgt}.txt.
         existing = dictionary_path(destdir, lang)
         if not path and os.path.exists(existing):
             raise ParameterError(f"{existing} already exists; fairseq-preprocess refuses to replace it: remove "
-                                 f"it, or give it as {flag}")
+                                 f"it, or give it as {keyword}")
         if not given[lang] and not train:
-            raise ParameterError(f"--trainpref is needed to build the {lang} dictionary (or give {flag})")
+            raise ParameterError(f"trainpref= is needed to build the {lang} dictionary (or give {keyword})")
     outputs = [(split, prefix) for name, prefixes in (("train", train), ("valid", valid), ("test", test))
                for split, prefix in zip(_split_names(name, len(prefixes)), prefixes)]
     needed = [f"{prefix}.{lang}" for _, prefix in ([] if dict_only else outputs) for lang in langs]
@@ -273,7 +272,7 @@ def preprocess(*, source_lang: str, target_lang: str | None = None, trainpref=No
     needed += [path for path in (srcdict, tgtdict) if path]
     for path in dict.fromkeys(needed):
         if not os.path.isfile(path):
-            raise ParameterError(f"{path}: no such file (the text of --trainpref/--validpref/--testpref is "
+            raise ParameterError(f"{path}: no such file (the text of trainpref=, validpref= and testpref= is "
                                  f"PREFIX.{source_lang} and PREFIX.{target_lang}; dictionaries are files)")
 
     os.makedirs(destdir, exist_ok=True)

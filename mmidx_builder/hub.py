@@ -186,7 +186,7 @@ def _translated(repo_id: str, step: str, resume_hint: str | None = None):
     except HFValidationError as error:
         raise HubError(f"{step}: bad repo id or revision for {repo_id!r}: {error}") from None
     except OfflineModeIsEnabled:
-        raise HubError(f"{step}: HF_HUB_OFFLINE is set; unset it to upload (or use --dry-run)") from None
+        raise HubError(f"{step}: HF_HUB_OFFLINE is set; unset it to upload (or pass dry_run=True)") from None
     except HfHubHTTPError as error:
         status = error.response.status_code if error.response is not None else None
         server = (getattr(error, "server_message", None) or str(error)).strip().splitlines()[0]

@@ -230,9 +230,11 @@ def tokenizer_facts(files, dl_manager=None, opener=open) -> dict:
 
 
 def raw_facts(n_bytes: int) -> dict:
-    """Raw files end every file with the end-of-file token 2**(8 * n_bytes): it is their EOD."""
-    return {"tokenizer": f"raw bytes, n_bytes={n_bytes}", "vocab_size": 2 ** (8 * n_bytes) + 1,
-            "eod_id": 2 ** (8 * n_bytes), "append_eod": True}
+    """Raw files end every file with the end-of-file token (rawfiles.eof_id): it is their EOD."""
+    from .rawfiles import eof_id  # the raw layer, only for raw files
+
+    eof = eof_id(n_bytes)
+    return {"tokenizer": f"raw bytes, n_bytes={n_bytes}", "vocab_size": eof + 1, "eod_id": eof, "append_eod": True}
 
 
 def source_fingerprint(source) -> dict:

@@ -43,6 +43,7 @@ from typing import IO, Callable, Sequence
 import numpy as np
 
 from ._io import file_identity, map_readonly, stat_identity
+from .checks import check_int
 from .dtypes import raw_token_dtype
 from .errors import FormatError, ParameterError
 from .format import check_mapped, opened_size
@@ -371,8 +372,7 @@ def diff_chunks(raw: RawFiles, seq_length: int) -> tuple[np.ndarray, np.ndarray]
     chunks: an empty file gives one chunk of EOFs, and a file whose tokens fill chunks exactly
     still ends with a chunk that says where it ended.
     """
-    if seq_length < 1:
-        raise ParameterError(f"seq_length must be at least 1, got {seq_length}")
+    seq_length = check_int("seq_length", seq_length, 1)
     lengths = raw.sequence_lengths.astype(np.int64)
     counts = -(-lengths // seq_length)
     file_ids = np.repeat(np.arange(len(lengths), dtype=np.int64), counts)

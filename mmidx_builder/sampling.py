@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import operator
 import os
 import shutil
 import warnings
@@ -39,6 +38,7 @@ import numpy as np
 
 from . import array_cache
 from ._io import temporary_path
+from .checks import check_int, check_seed
 from .errors import ParameterError
 
 __all__ = [
@@ -48,14 +48,16 @@ __all__ = [
     "build_indices",
     "build_sample_index",
     "build_shuffle_index",
-    "check_int",
+    "DEFAULT_SEED",
+    "DEFAULT_SEQ_LENGTH",
     "check_settings",
     "count_samples",
     "document_structure",
     "iter_reference_samples",
     "load_or_build_indices",
-    "save_indices",
+    "sample_length",
     "sample_pieces",
+    "save_indices",
 ]
 
 # megatron-core passes the epoch count to its C++ helper as int32 and keeps sequence ids as int32.
@@ -71,39 +73,35 @@ _CACHE_FORMAT = 2
 _ARRAY_NAMES = ("document_index", "sample_index", "shuffle_index")
 
 
-def check_int(name: str, value, minimum: int | None = None, hint: str = "") -> int:
-    """``value`` as a Python int, or a ParameterError naming ``name``: not an integer (bools
-    refused), or below ``minimum``. Every integer setting of the package is checked here."""
-    try:
-        if isinstance(value, bool):
-            raise TypeError
-        value = operator.index(value)
-    except TypeError:
-        raise ParameterError(f"{name} must be an integer, got {value!r}") from None
-    if minimum is not None and value < minimum:
-        raise ParameterError(f"{name} must be at least {minimum}, got {value}" + (f"; {hint}" if hint else ""))
-    return value
+# The sampling settings' defaults. Megatron-LM's --seed defaults to 1234
+# (megatron/training/config/common_config.py, core_v0.16.1 and core_v0.19.0); its --seq-length
+# has no default (validate_args requires it), so 2048 is this package's own.
+DEFAULT_SEQ_LENGTH = 2048
+DEFAULT_SEED = 1234
 
 
-def _check_seed(seed) -> int:
-    seed = check_int("seed", seed, 0, "use a seed in [0, 2**32)")
-    if seed >= 2**32:
-        raise ParameterError(f"seed must be below 2**32 (numpy.random.RandomState), got {seed}")
-    return seed
+def sample_length(seq_length: int, add_extra_token: bool) -> int:
+    """Tokens per sample: ``seq_length`` plus the one extra token when it is on (megatron-core's
+    ``sequence_length + add_extra_token_to_sequence``)."""
+    return int(seq_length) + int(bool(add_extra_token))
+
+
+def _checked_amount(seq_length, num_epochs, num_samples) -> tuple[int, int | None, int | None]:
+    """``seq_length``, ``num_epochs`` and ``num_samples`` as ints: whole numbers of at least 1,
+    at most one of the two amounts (None: not given)."""
+    seq_length = check_int("seq_length", seq_length, 1, "pass a sequence length of 1 or more")
+    if num_epochs is not None and num_samples is not None:
+        raise ParameterError(f"give num_epochs or num_samples, not both (got num_epochs={num_epochs}, "
+                             f"num_samples={num_samples})")
+    return (seq_length, check_int("num_epochs", num_epochs, 1, "train at least one epoch", allow_none=True),
+            check_int("num_samples", num_samples, 1, "ask for at least one sample", allow_none=True))
 
 
 def check_settings(*, seq_length, seed, num_epochs=None, num_samples=None) -> None:
     """Raises :class:`ParameterError` for sampling settings that cannot work, before any
     data is read (builder configs call this; :func:`build_indices` applies the same rules)."""
-    check_int("seq_length", seq_length, 1, "pass a sequence length of 1 or more")
-    _check_seed(seed)
-    if num_epochs is not None and num_samples is not None:
-        raise ParameterError(f"give num_epochs or num_samples, not both (got num_epochs={num_epochs}, "
-                             f"num_samples={num_samples})")
-    if num_epochs is not None:
-        check_int("num_epochs", num_epochs, 1, "train at least one epoch")
-    if num_samples is not None:
-        check_int("num_samples", num_samples, 1, "ask for at least one sample")
+    _checked_amount(seq_length, num_epochs, num_samples)
+    check_seed(seed)
 
 
 def count_samples(tokens_per_epoch: int, *, seq_length: int, num_epochs: int | None = None,
@@ -119,17 +117,13 @@ def count_samples(tokens_per_epoch: int, *, seq_length: int, num_epochs: int | N
     holds fewer tokens than one sample: there Megatron would need fewer epochs for the
     count, and the epochs asked for are kept (their document index is longer).
     """
-    seq_length = check_int("seq_length", seq_length, 1, "pass a sequence length of 1 or more")
+    seq_length, num_epochs, num_samples = _checked_amount(seq_length, num_epochs, num_samples)
     extra = int(bool(add_extra_token))
     tokens_per_epoch = int(tokens_per_epoch)
     if tokens_per_epoch < 1:
         raise ParameterError(f"the data holds no tokens (tokens per epoch: {tokens_per_epoch}); "
                              "sampling needs at least one non-empty sequence")
-    if num_epochs is not None and num_samples is not None:
-        raise ParameterError(f"give num_epochs or num_samples, not both (got num_epochs={num_epochs}, "
-                             f"num_samples={num_samples})")
     if num_samples is not None:
-        num_samples = check_int("num_samples", num_samples, 1, "ask for at least one sample")
         # megatron-core's _get_num_epochs: the smallest e >= 1 with e * tokens >= N * L + E.
         needed = num_samples * seq_length + extra
         num_epochs = max(1, -(-needed // tokens_per_epoch))
@@ -138,13 +132,14 @@ def count_samples(tokens_per_epoch: int, *, seq_length: int, num_epochs: int | N
                                  f"of {tokens_per_epoch} tokens, more than megatron-core's limit of "
                                  f"{MAX_EPOCHS}; ask for fewer samples")
         return num_epochs, num_samples
-    num_epochs = 1 if num_epochs is None else check_int("num_epochs", num_epochs, 1, "train at least one epoch")
+    num_epochs = 1 if num_epochs is None else num_epochs
     if num_epochs > MAX_EPOCHS:
         raise ParameterError(f"num_epochs={num_epochs} exceeds megatron-core's limit of {MAX_EPOCHS}")
     num_samples = (num_epochs * tokens_per_epoch - extra) // seq_length
     if num_samples < 1:
         raise ParameterError(
-            f"{num_epochs} epoch(s) of {tokens_per_epoch} tokens do not fill one sample of {seq_length + extra} "
+            f"{num_epochs} epoch(s) of {tokens_per_epoch} tokens do not fill one sample of "
+            f"{sample_length(seq_length, extra)} "
             f"tokens (seq_length {seq_length} + {extra} extra); lower seq_length or raise num_epochs")
     return num_epochs, num_samples
 
@@ -179,8 +174,8 @@ class SamplingIndices:
 
     @property
     def sample_length(self) -> int:
-        """Tokens per sample: ``seq_length`` plus the one extra token when it is on."""
-        return self.seq_length + int(self.add_extra_token)
+        """Tokens per sample (:func:`sample_length`)."""
+        return sample_length(self.seq_length, self.add_extra_token)
 
     @property
     def total_samples(self) -> int:
@@ -323,7 +318,7 @@ def build_indices(sequence_lengths: np.ndarray, *, seq_length: int, seed: int, n
     way, possibly ending inside an epoch), or neither for one epoch. Pure: no I/O.
     """
     sizes = _as_lengths(sequence_lengths)
-    seed = _check_seed(seed)
+    seed = check_seed(seed)
     extra = int(bool(add_extra_token))
     tokens_per_epoch = int(sizes.sum(dtype=np.int64))
     num_epochs, num_samples = count_samples(tokens_per_epoch, seq_length=seq_length, num_epochs=num_epochs,

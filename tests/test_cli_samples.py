@@ -68,10 +68,10 @@ def test_save_indices(prefix, capsys, tmp_path):
 
 
 @pytest.mark.parametrize("argv, words", [
-    (["--seq-length", "0"], "seq_length"),
+    (["--seq-length", "0"], "--seq-length must be at least 1, got 0"),  # the library's seq_length=, as a flag
     (["--seq-length", "500"], "lower seq_length"),
-    (["--seq-length", "8", "--seed", "-3"], "seed"),
-    (["--seq-length", "8", "--num-samples", "0"], "num_samples"),
+    (["--seq-length", "8", "--seed", "-3"], "--seed must be at least 0, got -3"),
+    (["--seq-length", "8", "--num-samples", "0"], "--num-samples must be at least 1, got 0"),
     (["--seq-length", "8", "--first", "-1"], "--first"),
 ])
 def test_bad_parameters_are_one_line(prefix, capsys, argv, words):

@@ -223,8 +223,8 @@ def test_files_written_by_the_writer_are_fairseq_flavour(corpus):
 
 
 @pytest.mark.parametrize("settings,message", [
-    ({"prepend_bos": "yes"}, "prepend_bos must be True or False"),
-    ({"truncate_source": True, "max_source_positions": 0}, "max_source_positions must be a whole number >= 1"),
+    ({"prepend_bos": "yes"}, "prepend_bos= must be True or False"),
+    ({"truncate_source": True, "max_source_positions": 0}, "max_source_positions= must be at least 1, got 0"),
 ])
 def test_bad_item_options_are_named(corpus, settings, message, tmp_path):
     from datasets import load_dataset

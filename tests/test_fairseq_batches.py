@@ -140,7 +140,7 @@ def test_a_bad_max_positions_is_named(max_positions):
 
 
 @pytest.mark.parametrize("kwargs,message", [
-    ({"max_tokens": 0}, "max_tokens must be a whole number >= 1"),
+    ({"max_tokens": 0}, "max_tokens= must be at least 1, got 0; or None for no limit"),
     ({"max_tokens": 12.5}, "max_tokens"),
     ({"max_sentences": 0}, "max_sentences"),
     ({"required_batch_size_multiple": 0}, "required_batch_size_multiple"),
@@ -156,7 +156,7 @@ def test_bad_batching_parameters_are_named(kwargs, message):
 
 def test_bad_epochs_and_sizes_are_named():
     src, tgt = sizes(4, 10)
-    with pytest.raises(ParameterError, match="epoch must be a whole number >= 3"):
+    with pytest.raises(ParameterError, match="epoch= must be at least 3, got 2"):
         max_tokens_batches(src, tgt, 100, epoch=2, start_epoch=3)
     with pytest.raises(ParameterError, match="10 source sizes but 9 target sizes"):
         max_tokens_batches(src, tgt[:-1], 100)
@@ -193,9 +193,9 @@ def test_sharded_batches_of_all_ranks_are_the_unsharded_ones():
 
 
 @pytest.mark.parametrize("kwargs,message", [
-    ({"num_shards": 0}, "num_shards must be a whole number >= 1"),
+    ({"num_shards": 0}, "num_shards= must be at least 1, got 0"),
     ({"num_shards": 2, "shard_id": 2}, r"shard_id must lie in \[0, num_shards=2\), got 2"),
-    ({"shard_id": -1}, "shard_id must be a whole number >= 0"),
+    ({"shard_id": -1}, "shard_id= must be at least 0, got -1"),
 ])
 def test_bad_shards_are_named(kwargs, message):
     src, tgt = sizes(4, 10)

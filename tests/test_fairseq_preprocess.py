@@ -299,10 +299,10 @@ def test_dictionary_order_counts_then_code_points(tmp_path):
 
 
 @pytest.mark.parametrize("settings,message", [
-    ({"workers": 0}, "workers must be a whole number >= 1"),
-    ({"nwordssrc": 2.5}, "nwordssrc must be a whole number"),
+    ({"workers": 0}, "workers= must be at least 1, got 0"),
+    ({"nwordssrc": 2.5}, "nwordssrc= must be a whole number, got 2.5"),
     ({"target_lang": "de"}, "source and target language are both 'de'"),
-    ({"joined_dictionary": True, "srcdict": "a", "tgtdict": "b"}, "cannot use both --srcdict and --tgtdict"),
+    ({"joined_dictionary": True, "srcdict": "a", "tgtdict": "b"}, "cannot use both srcdict= and tgtdict= with joined_dictionary=True"),
 ])
 def test_bad_settings_are_named(tmp_path, settings, message):
     args = dict(source_lang="de", target_lang="en", trainpref=str(tmp_path / "train"), destdir=tmp_path / "out")

@@ -81,7 +81,7 @@ BROKEN_FRONT_MATTER = {
     "a broken settings comment": (b"---\nlicense: mit\n---\n<!-- mmidx card settings: {not json} -->\n",
                                   "settings"),
     "a settings comment of wrong types": (
-        b'---\nlicense: mit\n---\n<!-- mmidx card settings: {"seq_length": "x"} -->\n', "seq_length='x'"),
+        b'---\nlicense: mit\n---\n<!-- mmidx card settings: {"seq_length": "x"} -->\n', '"seq_length": "x"'),
 }
 
 

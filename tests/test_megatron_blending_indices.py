@@ -123,7 +123,7 @@ def test_bad_weights_are_refused(weights, expected):
 
 
 def test_bad_sizes_are_refused():
-    with pytest.raises(ParameterError, match="must be >= 0"):
+    with pytest.raises(ParameterError, match="size= must be at least 0, got -1"):
         blending.build_blending_indices([1.0], -1)
     with pytest.raises(ParameterError, match="at least one"):
         blending.build_exhaustive_blending_indices([3, 0])

@@ -18,7 +18,7 @@ from datasets import load_dataset
 import mmidx_builder  # noqa: F401  registers the builders
 from mmidx_builder.errors import ParameterError
 from mmidx_builder.format import write_documents
-from mmidx_builder.megatron.args import settings_from_megatron_args
+from mmidx_builder.megatron import resolve
 
 pytestmark = pytest.mark.megatron
 SPLITS = ("train", "validation", "test")
@@ -111,7 +111,7 @@ def test_megatron_args_give_megatrons_sizes_and_streams(folder, tmp_path):
                "--train-iters 12 --global-batch-size 16 --eval-iters 2 --eval-interval 5 --micro-batch-size 4 "
                "--num-layers 2 --lr 1e-4")
     sizes = megatron_num_samples(train_iters=12, global_batch_size=16, eval_iters=2, eval_interval=5)
-    assert settings_from_megatron_args(command)["num_samples"] == dict(zip(SPLITS, sizes))
+    assert resolve(command).settings["num_samples"] == dict(zip(SPLITS, sizes))
     stream = load_dataset("mmidx", megatron_args=command, streaming=True, cache_dir=str(tmp_path / "hf"))
     theirs = megatron_splits((prefixes, [0.3, 0.7]), "969,30,1", list(sizes), 24, 1234, tmp_path / "megatron")
     for index, name in enumerate(SPLITS):
@@ -133,7 +133,7 @@ def test_sizes_follow_megatron_lms_get_train_valid_test_num_samples(args):
     # Megatron-LM's validate_args derives train_iters from train_samples; the command line gives one.
     given = {k: v for k, v in args.items() if not (k == "train_iters" and "train_samples" in args)}
     flags = " ".join(f"--{k.replace('_', '-')}" + ("" if v is True else f" {v}") for k, v in given.items())
-    ours = settings_from_megatron_args(f"--data-path A --seq-length 8 {flags}")["num_samples"]
+    ours = resolve(f"--data-path A --seq-length 8 {flags}").settings["num_samples"]
     assert ours == dict(zip(SPLITS, megatron_num_samples(**args)))
 
 
@@ -149,14 +149,14 @@ def test_data_args_files_read_as_megatron_lm_reads_them(tmp_path):
     args = dict(data_path=None, train_data_path=None, valid_data_path=None, test_data_path=None,
                 data_args_path=str(tmp_path / "blend.txt"), per_split_data_args_path=None)
     blend, _ = function(types.SimpleNamespace(**args))
-    ours = settings_from_megatron_args(f"--data-args-path {tmp_path / 'blend.txt'} --split 1 --seq-length 8 "
-                                       "--global-batch-size 1 --train-iters 5 --eval-interval 5")
+    ours = resolve(f"--data-args-path {tmp_path / 'blend.txt'} --split 1 --seq-length 8 "
+                   "--global-batch-size 1 --train-iters 5 --eval-interval 5").settings
     assert ours["data_path"] == ["0.3", "/d/a_text_document", "0.7", "/d/b_text_document"]
     assert get_blend_from_list(ours["data_path"]) == blend
     args.update(data_args_path=None, per_split_data_args_path=str(tmp_path / "per_split.json"))
     _, per_split = function(types.SimpleNamespace(**args))
-    ours = settings_from_megatron_args(f"--per-split-data-args-path {tmp_path / 'per_split.json'} --seq-length 8 "
-                                       "--global-batch-size 1 --train-iters 5 --eval-interval 5")
+    ours = resolve(f"--per-split-data-args-path {tmp_path / 'per_split.json'} --seq-length 8 "
+                   "--global-batch-size 1 --train-iters 5 --eval-interval 5").settings
     assert [get_blend_from_list(ours[f"{s}_data_path"].split() if isinstance(ours[f"{s}_data_path"], str)
                                 else ours[f"{s}_data_path"]) for s in ("train", "valid", "test")] == per_split
 
@@ -249,7 +249,7 @@ def test_a_blend_of_uint16_and_int32_files_loads_every_token_id(tmp_path):
 ])
 def test_megatron_args_refused_where_megatron_lm_refuses(command, message):
     with pytest.raises(ParameterError, match=message):
-        settings_from_megatron_args(command)
+        resolve(command).settings
 
 
 def test_token_ids_never_turn_into_floats_in_a_blend(tmp_path):

@@ -23,8 +23,6 @@ import os
 import shlex
 import socket
 import subprocess
-import sys
-import tarfile
 import time
 import warnings
 from pathlib import Path
@@ -35,22 +33,11 @@ import pytest
 import mmidx_builder  # noqa: F401  registers the builders
 from mmidx_builder.errors import ParameterError
 from mmidx_builder.format import write_documents
-from mmidx_builder.megatron.args import settings_from_megatron_args
+from mmidx_builder.megatron import resolve
+from megatron_lm_archive import ORACLES, oracle
 
 pytestmark = pytest.mark.megatron
 
-ROOT = Path(__file__).resolve().parent.parent
-ARCHIVES = Path(os.environ.get("MMIDX_MEGATRON_LM_ARCHIVES") or ROOT.parent / "shared" / "oracles" / "megatron-lm")
-ORACLES = {  # megatron_version -> (archive, the python of the venv with its megatron-core, whose version)
-    "core_v0.16": ("megatron-lm-core_v0.16.1.tar.gz",
-                   os.environ.get("MMIDX_MEGATRON016_PYTHON") or str(ROOT / ".venv-megatron016" / "bin" / "python"),
-                   "0.16.1"),
-    "core_v0.19": ("megatron-lm-core_v0.19.0.tar.gz", sys.executable, "0.19.2"),
-}
-# Without importing megatron.core (seconds): the installed version, and what the training code imports.
-PROBE = """import sys, importlib.metadata as m, importlib.util as u
-sys.exit(m.version("megatron-core") != sys.argv[1] or not all(u.find_spec(n) for n in ("pydantic", "torch", "triton")))
-"""
 WORLD_SIZE = 2
 MICRO_BATCHES = 3  # compared per split and rank
 DEADLINE = 60  # seconds for one case once the previous one is done (its own few seconds, on a busy machine)
@@ -185,26 +172,6 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _oracle(version: str, cache: Path):
-    """(python, extracted Megatron-LM folder) for ``version``; skips or fails as the module says."""
-    archive_name, python, core_version = ORACLES[version]
-    archive = ARCHIVES / archive_name
-    if not archive.is_file():
-        pytest.skip(f"no Megatron-LM archive {archive} (CI has ../shared/oracles/megatron-lm)")
-    if not (os.path.isfile(python)
-            and subprocess.run([python, "-c", PROBE, core_version], capture_output=True).returncode == 0):
-        why = (f"no megatron-core {core_version} under {python} for Megatron-LM {version} "
-               "(bash scripts/install_megatron016_oracle.sh .venv-megatron016, scripts/install_oracle.sh .venv)")
-        if os.environ.get("MMIDX_REQUIRE_ORACLE") == "1":
-            pytest.fail(why)
-        pytest.skip(why)
-    folder = cache / version
-    if not (folder / "pretrain_gpt.py").exists():
-        with tarfile.open(archive) as tar:
-            tar.extractall(folder, filter="data")
-    return python, folder
-
-
 def run_megatron_lm(python: str, code: Path, cases: list[dict], out: Path) -> dict:
     """Every case's result: ``{"ranks": [npz, ...]}``, ``{"error": ...}`` (Megatron-LM raised), or
     ``{"hang": True}`` (no answer before the deadline: the ranks are stopped, the next cases run
@@ -277,7 +244,7 @@ def megatron_lm(corpora, tmp_path_factory):
     oracles, missing = {}, {}
     for version in ORACLES:
         try:
-            oracles[version] = _oracle(version, cache)
+            oracles[version] = oracle(version, cache)
         except pytest.skip.Exception as skipped:  # the other version may still run
             missing[version] = str(skipped)
     jobs = {version: [] for version in oracles}
@@ -328,10 +295,11 @@ def our_micro_batches(command, version, consumed, streaming, workers, cache_dir,
 
     from mmidx_builder.training import MegatronCollator, megatron_rank_stream
 
-    settings = settings_from_megatron_args(command, megatron_version=version)
-    flags = settings["collator_flags"]
+    settings = resolve(command, megatron_version=version).settings
+    # One command line for both: the collator's flags come from it too.
+    collate = MegatronCollator.from_megatron_args(command, megatron_version=version)
     loaded = load_dataset("mmidx", megatron_args=command, megatron_version=version, streaming=streaming,
-                          document_structure=flags["inter_document_masking"], cache_dir=str(cache_dir))
+                          document_structure=collate.inter_document_masking, cache_dir=str(cache_dir))
     sizes = _micro_batch_sizes(command, version)
     out = {}
     for split in SPLITS:
@@ -343,7 +311,7 @@ def our_micro_batches(command, version, consumed, streaming, workers, cache_dir,
             stream = megatron_rank_stream(loaded[split], rank, WORLD_SIZE, sizes[split],
                                           consumed if split == "train" else 0)
             loader = torch.utils.data.DataLoader(stream, batch_size=sizes[split], num_workers=workers,
-                                                 collate_fn=MegatronCollator(**flags))
+                                                 collate_fn=collate)
             batches = []
             for batch in loader:
                 batches.append({k: v.numpy() for k, v in batch.items()})
@@ -439,8 +407,8 @@ def test_null_tokenizer_eod_follows_the_version(megatron_lm):
     """The EOD Megatron-LM's NullTokenizer gives GPTDataset is what collator_flags carry, per version."""
     for version in BOTH:
         theirs = _result(megatron_lm, version, "gpt3")["ranks"][0]["meta"]["eod"]
-        ours = settings_from_megatron_args(_command(CASES["gpt3"][0], {"web": "w", "root": "r"}),
-                                           megatron_version=version)["collator_flags"]["eod_id"]
+        ours = resolve(_command(CASES["gpt3"][0], {"web": "w", "root": "r"}),
+                       megatron_version=version).collator_flags["eod_id"]
         assert ours == theirs == {"core_v0.16": VOCAB, "core_v0.19": VOCAB - 1}[version]
 
 
@@ -476,7 +444,7 @@ def test_rampup_train_iters_are_megatron_lm_core_v0_16s(tmp_path):
     source) over megatron-core 0.16.1's ramp-up calculator, on random ramp-ups."""
     from mmidx_builder.megatron.versions import rampup_train_iters
 
-    python, code = _oracle("core_v0.16", tmp_path)
+    python, code = oracle("core_v0.16", tmp_path)
     rng = np.random.default_rng(16)
     configs = []
     for _ in range(300):

@@ -18,14 +18,14 @@ from datasets import load_dataset
 import mmidx_builder  # noqa: F401  registers the builders
 from mmidx_builder.errors import ParameterError
 from mmidx_builder.format import write_documents
-from mmidx_builder.megatron.args import settings_from_megatron_args
+from mmidx_builder.megatron import resolve
 
 SIZES = "--global-batch-size 8 --train-iters 10 --eval-interval 5 --eval-iters 1"
 
 
 def test_megatron_version_is_one_of_the_known_ones(tmp_path):
     with pytest.raises(ParameterError, match="'core_v0.16', 'core_v0.19'.*got 'core_v0.17'"):
-        settings_from_megatron_args(f"--data-path A --seq-length 8 {SIZES}", megatron_version="core_v0.17")
+        resolve(f"--data-path A --seq-length 8 {SIZES}", megatron_version="core_v0.17")
     with pytest.raises(ParameterError, match="megatron_version"):
         load_dataset("mmidx", data_path=["A"], megatron_version="0.19", cache_dir=str(tmp_path))
 
@@ -35,8 +35,8 @@ def test_rampup_is_counted_at_core_v0_16_and_not_read_at_core_v0_19():
               "--eval-interval 10 --eval-iters 2"
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no "ignored: rampup-batch-size" any more
-        old = settings_from_megatron_args(command, megatron_version="core_v0.16")["num_samples"]
-        new = settings_from_megatron_args(command)["num_samples"]
+        old = resolve(command, megatron_version="core_v0.16").settings["num_samples"]
+        new = resolve(command).settings["num_samples"]
     # the issue's numbers: 62 iterations at core_v0.16.1, 400 // 8 = 50 at core_v0.19.0
     assert old == {"train": 400, "validation": (62 // 10 + 1) * 2 * 8, "test": 16}
     assert new == {"train": 400, "validation": (50 // 10 + 1) * 2 * 8, "test": 16}
@@ -52,8 +52,8 @@ def test_rampup_is_counted_at_core_v0_16_and_not_read_at_core_v0_19():
 ])
 def test_what_a_version_of_megatron_lm_refuses_is_refused(command, version, message):
     with pytest.raises(ParameterError, match=message):
-        settings_from_megatron_args(f"--data-path A --seq-length 8 --global-batch-size 8 --eval-interval 5 {command}",
-                                    megatron_version=version)
+        resolve(f"--data-path A --seq-length 8 --global-batch-size 8 --eval-interval 5 {command}",
+                megatron_version=version).settings
 
 
 @pytest.mark.parametrize("extra", ["", "--null-tokenizer-eod-id 7", "--null-tokenizer-pad-id 3",
@@ -63,8 +63,8 @@ def test_null_tokenizer_ids_are_megatron_cores(megatron, extra):
     vocab_size, is checked against Megatron-LM in test_megatron_lm_oracle.py)."""
     from megatron.core.tokenizers.utils.build_tokenizer import build_tokenizer
 
-    flags = settings_from_megatron_args(f"--data-path A --seq-length 8 {SIZES} --tokenizer-type NullTokenizer "
-                                        f"--vocab-size 1000 {extra}")["collator_flags"]
+    flags = resolve(f"--data-path A --seq-length 8 {SIZES} --tokenizer-type NullTokenizer "
+                    f"--vocab-size 1000 {extra}").collator_flags
     parsed = dict(zip(extra.split()[::2], map(int, extra.split()[1::2])))
     args = types.SimpleNamespace(tokenizer_type="NullTokenizer", vocab_size=1000, pad_vocab_size=False,
                                  null_tokenizer_eod_id=parsed.get("--null-tokenizer-eod-id"),
@@ -85,11 +85,11 @@ def test_a_per_split_json_is_read_as_megatron_lm_reads_it(tmp_path, content, mes
     path = tmp_path / "per_split.json"
     path.write_text(json.dumps(content))
     with pytest.raises(ParameterError, match=message):
-        settings_from_megatron_args(f"--per-split-data-args-path {path} --seq-length 8 {SIZES}")
+        resolve(f"--per-split-data-args-path {path} --seq-length 8 {SIZES}").settings
     path.write_text(json.dumps({"train": ["A"], "valid": "1 B 2 C", "test": None}))
-    settings = settings_from_megatron_args(f"--per-split-data-args-path {path} --seq-length 8 {SIZES}")
+    settings = resolve(f"--per-split-data-args-path {path} --seq-length 8 {SIZES}").settings
     assert (settings["train_data_path"], settings["valid_data_path"]) == (["A"], "1 B 2 C")
-    assert "test_data_path" not in settings
+    assert settings["test_data_path"] is None
 
 
 def _megatron_rows(per_split, sizes, seq_length, cache):

@@ -123,7 +123,7 @@ def test_count_samples_rules():
     (lambda: sampling.count_samples(100, seq_length=8, num_samples=0), "num_samples"),
     (lambda: sampling.count_samples(100, seq_length=8, num_epochs=0), "num_epochs"),
     (lambda: sampling.count_samples(10, seq_length=30), "lower seq_length"),
-    (lambda: sampling.count_samples(100, seq_length=2.5), "integer"),
+    (lambda: sampling.count_samples(100, seq_length=2.5), "seq_length= must be a whole number, got 2.5"),
     (lambda: sampling.build_indices(np.array([0, 0, 0]), seq_length=4, seed=1), "no tokens"),
     (lambda: sampling.build_indices(np.array([], np.int32), seq_length=4, seed=1), "no sequences"),
     (lambda: sampling.build_indices(np.array([5, -1]), seq_length=4, seed=1), "sequence 1"),

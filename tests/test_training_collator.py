@@ -9,6 +9,7 @@ too, no EOD at all.
 """
 
 import itertools
+import shlex
 import subprocess
 import sys
 import textwrap
@@ -19,6 +20,8 @@ import pytest
 from mmidx_builder import MMIdx, provenance
 from mmidx_builder.errors import ParameterError
 from mmidx_builder.format import IndexedFileWriter
+
+from megatron_lm_archive import megatron_lm_reading
 
 EOD = 0
 SEQ_LENGTH = 16
@@ -38,17 +41,17 @@ class TinyTokenizer:
         self.unique_identifiers = {"class": "TinyTokenizer", "pad": pad}
 
 
-def write_corpus(prefix, kind, rng, zero_length=False):
+def write_corpus(prefix, kind, rng, zero_length=False, eod=EOD):
     with IndexedFileWriter(prefix, dtype=np.uint16) as writer:
         for i in range(36):
             n = int(rng.randint(1, 30))
             document = rng.randint(1, 60, n)
             if kind == "eod_inside":
-                document[rng.rand(n) < 0.15] = EOD
+                document[rng.rand(n) < 0.15] = eod
                 if rng.rand() < 0.5:
-                    document[-1] = EOD
+                    document[-1] = eod
             elif kind == "eod_at_ends":
-                document[-1] = EOD
+                document[-1] = eod
             if zero_length and i % 5 == 2:
                 document = document[:0]
             writer.add_document(document)
@@ -267,3 +270,66 @@ def test_a_dataloader_over_arrow_rows_gives_gptdatasets_batches(megatron, torch,
         for b, ours in enumerate(batches):
             ids = order[b * MICRO_BATCH:(b + 1) * MICRO_BATCH]
             assert_same_batch(ours, default_collate([theirs_dataset[i] for i in ids]), torch, f"{flags} batch {b}")
+
+
+# Megatron-LM command lines whose collator flags (and NullTokenizer pad) differ; one prefix, all
+# of it the train split (--split 1,0,0), 2 steps of 8 samples.
+COMMAND = ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --max-position-embeddings 64 "
+           "--micro-batch-size 4 --global-batch-size 8 --train-iters 2 --eval-interval 2 --eval-iters 1 "
+           "--tokenizer-type NullTokenizer --vocab-size 64 --data-path {prefix} --split 1,0,0 "
+           f"--seq-length {SEQ_LENGTH} --seed 11 ")
+COMMAND_FLAGS = ["", "--reset-position-ids --reset-attention-mask", "--eod-mask-loss --no-create-attention-mask-in-dataloader",
+                 "--dataloader-inter-document-masking --reset-position-ids --eod-mask-loss",
+                 "--reset-position-ids --reset-attention-mask --eod-mask-loss --null-tokenizer-pad-id 7"]
+
+
+def test_from_megatron_args_gives_the_batches_of_megatron_lms_config(megatron, torch, tmp_path):
+    """One command line, read twice. Megatron-LM core_v0.19.0 makes its GPTDatasetConfig of it
+    (its parse_args, validate_args and pretrain_gpt's core_gpt_dataset_config_from_args), and
+    megatron-core's GPTDataset with that config gives the batches. Ours: the same command line
+    to load_dataset and to MegatronCollator.from_megatron_args, nothing else."""
+    from datasets import load_dataset
+    from megatron.core.datasets.utils import Split
+    from torch.utils.data import default_collate
+
+    from mmidx_builder import MegatronCollator
+
+    prefix = str(tmp_path / "eod63_text_document")
+    write_corpus(prefix, "eod_inside", np.random.RandomState(8), eod=63)  # NullTokenizer's EOD: --vocab-size - 1
+    argvs = [shlex.split(COMMAND.format(prefix=prefix) + flags) for flags in COMMAND_FLAGS]
+    configs = megatron_lm_reading("core_v0.19", argvs, tmp_path)["configs"]
+    for case, (argv, config) in enumerate(zip(argvs, configs)):
+        tokenizer = TinyTokenizer(config.pop("pad"))
+        tokenizer.eod = config.pop("eod")
+        theirs = megatron.gpt_dataset.GPTDataset(
+            megatron.indexed_dataset.IndexedDataset(prefix), prefix, np.arange(36, dtype=np.int32), 16, Split.train,
+            megatron.gpt_dataset.GPTDatasetConfig(blend=([prefix], None), split="1,0,0", tokenizer=tokenizer,
+                                                  path_to_cache=str(tmp_path / f"megatron{case}"), **config))
+        collate = MegatronCollator.from_megatron_args(argv)
+        rows = list(load_dataset("mmidx", megatron_args=argv, streaming=True, cache_dir=str(tmp_path / "hf"),
+                                 document_structure=collate.inter_document_masking)["train"])
+        assert len(rows) == 16 <= len(theirs)  # GPTDataset holds every sample of its epochs
+        for start in range(0, 16, MICRO_BATCH):
+            ids = range(start, start + MICRO_BATCH)
+            assert_same_batch(collate([rows[i] for i in ids]), default_collate([theirs[i] for i in ids]), torch,
+                              f"{shlex.join(argv[-12:])} rows {list(ids)}")
+
+
+def test_from_megatron_args_takes_overrides_and_refuses_other_keywords(torch):
+    command = "--data-path A --seq-length 8 --reset-position-ids --tokenizer-type NullTokenizer --vocab-size 64"
+    collate = collator_from(command, reset_position_ids=False, eod_mask_loss=True, pad_id=5)
+    assert (collate.reset_position_ids, collate.eod_mask_loss, collate.create_attention_mask) == (False, True, True)
+    assert (collate.eod_id, collate.pad_id) == (63, 5)
+    assert collator_from(command, eod_id=9).eod_id == 9
+    with pytest.raises(ParameterError, match=r"seq_length= is not one of MegatronCollator's keywords"):
+        collator_from(command, seq_length=16)
+    with pytest.raises(ParameterError, match=r"--fim-data is not supported"):
+        collator_from(f"{command} --fim-data")
+    with pytest.raises(ParameterError, match=r"needs eod_id"):  # not a NullTokenizer: the EOD is not in the line
+        collator_from("--data-path A --seq-length 8")
+
+
+def collator_from(command, **explicit):
+    from mmidx_builder import MegatronCollator
+
+    return MegatronCollator.from_megatron_args(command, **explicit)

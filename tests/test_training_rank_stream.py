@@ -311,7 +311,7 @@ def test_bad_arguments_are_refused(data, torch):
 
     with pytest.raises(ParameterError, match="rank must lie"):
         megatron_rank_stream(data["arrow"], 2, 2, 1)
-    with pytest.raises(ParameterError, match="micro_batch_size must be at least 1"):
+    with pytest.raises(ParameterError, match="micro_batch_size= must be at least 1, got 0"):
         megatron_rank_stream(data["arrow"], 0, 2, 0)
     with pytest.raises(ParameterError, match="exceeds"):
         megatron_rank_stream(data["arrow"], 0, 2, 1, consumed_samples=len(data["arrow"]) + 1)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from .keywords import in_flags
+
 
 def add_commands(commands) -> None:
     p = commands.add_parser(
@@ -33,7 +35,7 @@ def add_commands(commands) -> None:
     p.add_argument("--dict-only", action="store_true", help="only build the dictionaries")
     p.add_argument("--dataset-impl", choices=("mmap",), default="mmap",
                    help="output format: mmap, fairseq's default (the only one written here)")
-    p.set_defaults(run=_run)
+    p.set_defaults(run=_run, explain=in_flags(p))  # library keywords said as these flags
 
 
 def _run(args) -> None:

@@ -9,19 +9,21 @@ from __future__ import annotations
 import json
 
 from ..errors import ParameterError
+from ..sampling import DEFAULT_SEED
+from .keywords import in_flags
 
 
 def add_commands(commands) -> None:
     p = commands.add_parser("inspect", help="flavour, dtype and sizes of a .bin/.idx pair")
     p.add_argument("path", help="PREFIX, PREFIX.bin or PREFIX.idx")
     p.add_argument("--json", action="store_true", help="one JSON object")
-    p.set_defaults(run=_inspect)
+    p.set_defaults(run=_inspect, explain=in_flags(p))
 
     p = commands.add_parser("show", help="the token ids of some sequences")
     p.add_argument("path", help="PREFIX, PREFIX.bin or PREFIX.idx")
     p.add_argument("--sequences", default="0:10", metavar="START:STOP", help="default 0:10")
     p.add_argument("--json", action="store_true", help="one JSON list per line")
-    p.set_defaults(run=_show)
+    p.set_defaults(run=_show, explain=in_flags(p))
 
     p = commands.add_parser("samples", help="what training sees: Megatron GPTDataset samples, in order")
     p.add_argument("path", nargs="?", help="PREFIX, PREFIX.bin or PREFIX.idx (or give --megatron-args)")
@@ -34,13 +36,13 @@ def add_commands(commands) -> None:
     amount = p.add_mutually_exclusive_group()
     amount.add_argument("--num-epochs", type=int, help="whole epochs (default: 1)")
     amount.add_argument("--num-samples", type=int, help="samples, Megatron's way (may end inside an epoch)")
-    p.add_argument("--seed", type=int, help="Megatron's --seed (default 1234)")
+    p.add_argument("--seed", type=int, help=f"Megatron's --seed (default {DEFAULT_SEED})")
     p.add_argument("--no-extra-token", action="store_true",
                    help="samples of seq_length tokens without overlap (add_extra_token_to_sequence=False)")
     p.add_argument("--first", type=int, metavar="K", help="with PATH: print the first K samples (default 3)")
     p.add_argument("--json", action="store_true", help="one JSON object with the whole index arrays")
     p.add_argument("--save-indices", metavar="DIR", help="write the index arrays to DIR as .npy")
-    p.set_defaults(run=_samples)
+    p.set_defaults(run=_samples, explain=in_flags(p))
 
 
 def _human_bytes(n: int) -> str:
@@ -97,17 +99,13 @@ def _show(args) -> None:
 def _megatron_samples(args) -> None:
     """The splits a Megatron command line builds: per split, the summary and some samples."""
     from ..format import IndexedFile
-    from ..megatron.args import settings_from_megatron_args
-    from ..megatron.plan import all_prefixes, megatron_plan
+    from ..megatron import resolve
+    from ..megatron.plan import all_prefixes
     from ..megatron.splits import build_split, split_samples
 
-    settings = settings_from_megatron_args(args.megatron_args)
     # Given beside the command line, these override it, as load_dataset's keywords do.
-    settings.update({name: value for name, value in (("seq_length", args.seq_length), ("seed", args.seed))
-                     if value is not None})
-    plans = megatron_plan(**{k: settings.get(k) for k in ("data_path", "split_ratios", "train_data_path",
-                                                          "valid_data_path", "test_data_path", "num_samples",
-                                                          "mid_level_dataset_surplus") if k in settings})
+    resolution = resolve(args.megatron_args, seq_length=args.seq_length, seed=args.seed)
+    settings, plans = resolution.settings, resolution.plans
     sources = {prefix: IndexedFile.open(prefix) for prefix in all_prefixes(plans)}
     report = {}
     for name, plan in plans.items():
@@ -162,7 +160,7 @@ def _samples(args) -> None:
     if not args.path or args.seq_length is None:
         raise ParameterError("give PATH and --seq-length, or --megatron-args")
     indexed = IndexedFile.open(args.path)
-    args.seed = 1234 if args.seed is None else args.seed
+    args.seed = DEFAULT_SEED if args.seed is None else args.seed
     args.first = 3 if args.first is None else args.first
     if args.first < 0:
         raise ParameterError(f"--first takes a count of samples to print, 0 or more, got {args.first}")

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..sampling import DEFAULT_SEQ_LENGTH
+from .keywords import in_flags
+
 
 def _add_card_settings(parser) -> None:
     """The card options; each left out keeps what the existing card says."""
-    parser.add_argument("--seq-length", type=int, help="default seq_length written into configs (default 2048)")
+    parser.add_argument("--seq-length", type=int, help=f"default seq_length written into configs (default {DEFAULT_SEQ_LENGTH})")
     parser.add_argument("--tokenizer", help="which tokenizer made the ids, e.g. 'gpt2 (tiktoken)'")
     parser.add_argument("--made-with", help="how the data was made, one line")
     parser.add_argument("--license", help="license id for the metadata (default 'other')")
@@ -26,7 +29,7 @@ def add_commands(commands) -> None:
     p.add_argument("directory", metavar="DIR", help="folder of .bin/.idx pairs")
     p.add_argument("--repo-id", help="Hub repo id to show in the loading code (default USER/REPO)")
     _add_card_settings(p)
-    p.set_defaults(run=_run_card)
+    p.set_defaults(run=_run_card, explain=in_flags(p))
 
     p = commands.add_parser("upload", help="publish DIR as a Hub dataset repo (writes its card first)")
     p.add_argument("directory", metavar="DIR", help="folder of .bin/.idx pairs")
@@ -38,7 +41,7 @@ def add_commands(commands) -> None:
     p.add_argument("--dry-run", action="store_true",
                    help="print every file, its size and what would happen; no network")
     _add_card_settings(p)
-    p.set_defaults(run=_run_upload)
+    p.set_defaults(run=_run_upload, explain=in_flags(p))
 
 
 def _run_card(args) -> None:

@@ -15,7 +15,7 @@ from .._io import WriterLock
 from ..dtypes import megatron_writer_dtype
 from ..errors import ConvertError, ParameterError
 from ..format import IndexedFileWriter, split_prefix
-from ..sampling import check_int
+from ..checks import check_int
 from .encode import EncodeJob
 from .inputs import InputBatches, plan_inputs
 from .outputs import output_prefix_for, refuse_existing, write_result
@@ -56,12 +56,12 @@ def convert(inputs: Sequence[str] | str, output_prefix: str, tokenizer: str | To
         raise ConvertError(f"json_keys= must be distinct and at least one, got {keys}")
     if not inputs:
         raise ConvertError("no input given")
-    num_shards = check_int("num_shards=", num_shards, 1)
-    shard_index = check_int("shard_index=", shard_index, 0)
+    num_shards = check_int("num_shards", num_shards, 1)
+    shard_index = check_int("shard_index", shard_index, 0)
     if shard_index >= num_shards:
         raise ParameterError(f"shard_index= must be below num_shards= ({num_shards}), got {shard_index}")
-    workers = check_int("workers=", workers, 1)
-    max_document_chars = check_int("max_document_chars=", max_document_chars, 0, "0: no limit")
+    workers = check_int("workers", workers, 1)
+    max_document_chars = check_int("max_document_chars", max_document_chars, 0, "0: no limit")
     planned = plan_inputs(inputs, one_document_per_file=one_document_per_file)
     if any(item.kind == "text" for item in planned) and len(keys) > 1:
         raise ConvertError(f"text inputs have one field; give one key in json_keys=, not {keys}")

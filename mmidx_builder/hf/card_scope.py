@@ -28,9 +28,7 @@ import re
 
 from .._io import is_remote, open_regular
 from ..errors import ParameterError
-from ..megatron.args import inline_argument_files, named_paths
-
-PREFIX_SETTINGS = ("data_path", "train_data_path", "valid_data_path", "test_data_path")
+from ..megatron.args import BLEND_SETTINGS, inline_argument_files, named_paths
 
 
 def escapes(name: str) -> bool:
@@ -102,7 +100,7 @@ def scoped_card(card: dict, data_files, data_dir, call: dict, base_path: str | N
         for patterns in data_files.values():
             for pattern in patterns:
                 check_card_name(str(pattern), "data_files", roots)
-    for setting in PREFIX_SETTINGS:
+    for setting in BLEND_SETTINGS:
         if card.get(setting) is not None and setting not in call:
             for name in _prefixes(card[setting], setting):
                 check_card_name(name, setting)

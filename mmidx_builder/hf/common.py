@@ -42,6 +42,7 @@ from .._io import file_identity, is_remote
 from .card_checksums import verify_against_card
 from ..dtypes import cast_tokens, integer_dtype
 from ..errors import MissingPartnerError, ParameterError
+from ..checks import check_bool, check_int  # (below the lines other branches move)
 from ..format import check_partners, split_prefix
 from ..remote import RemoteAccess
 from ..source import check_opened
@@ -60,12 +61,6 @@ ROWS_PER_TABLE = 1000
 # reading everything.
 DEFAULT_NUM_SHARDS = 960
 INDEX_CACHE_FOLDER = "mmidx_indices"
-
-
-def check_integer(name: str, value, minimum: int | None = None) -> None:
-    """``value`` is None (a setting not given) or an integer of at least ``minimum``."""
-    if value is not None:
-        sampling.check_int(name, value, minimum)
 
 
 def shard_ranges(num_rows: int, num_shards: int) -> list[tuple[int, int]]:
@@ -294,13 +289,13 @@ class BaseConfig(datasets.BuilderConfig):
     def validate(self) -> None:
         """Raises ParameterError for a setting that cannot work. Also called by the builder:
         ``load_dataset`` sets call kwargs on a copied config with setattr, past __post_init__."""
-        check_integer("num_shards", self.num_shards, 1)
-        check_integer("max_remote_cache_bytes", self.max_remote_cache_bytes, 1)
+        check_int("num_shards", self.num_shards, 1, allow_none=True)
+        check_int("max_remote_cache_bytes", self.max_remote_cache_bytes, 1, allow_none=True)
         # A card's YAML can give any type: "no" is a true string, and 'no' a string.
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if f.type == "bool" and not isinstance(value, bool):
-                raise ParameterError(f"{f.name} must be True or False, got {value!r} ({type(value).__name__})")
+            if f.type == "bool":
+                check_bool(f.name, value)
         if self.features is not None and not isinstance(self.features, datasets.Features):
             raise ParameterError(f"features must be datasets.Features, got {self.features!r} "
                                  f"({type(self.features).__name__})")
@@ -453,8 +448,6 @@ class BaseBuilder(datasets.ArrowBasedBuilder):
 
 # --- GPT samples over a token source ----------------------------------------------------
 
-DEFAULT_SEQ_LENGTH = 2048
-DEFAULT_SEED = 1234
 # Read-ahead of remote files holds at most this many bytes of tables made ahead (as
 # megatron-core's _S3BinReader keeps a 256 MB block).
 DEFAULT_READ_AHEAD_BYTES = 256 * 2**20
@@ -478,7 +471,7 @@ class SamplesConfig(BaseConfig):
 
     def validate(self) -> None:
         super().validate()
-        check_integer("read_ahead_bytes", self.read_ahead_bytes, 0)
+        check_int("read_ahead_bytes", self.read_ahead_bytes, 0)
         if self.dtype is not None:
             integer_dtype(self.dtype)
 
@@ -520,19 +513,17 @@ class GPTConfig(SamplesConfig):
 
     def _check_sampling(self) -> None:
         settings = self.sampling_kwargs()
-        for name in ("seq_length", "num_epochs", "num_samples", "seed"):
-            check_integer(name, settings[name])
         sampling.check_settings(**{name: settings[name] for name in ("seq_length", "seed", "num_epochs",
                                                                       "num_samples")})
 
     def resolved(self) -> dict:
         """The settings with their defaults filled in."""
-        return {"seq_length": DEFAULT_SEQ_LENGTH if self.seq_length is None else self.seq_length,
-                "seed": DEFAULT_SEED if self.seed is None else self.seed}
+        return {"seq_length": sampling.DEFAULT_SEQ_LENGTH if self.seq_length is None else self.seq_length,
+                "seed": sampling.DEFAULT_SEED if self.seed is None else self.seed}
 
     @property
     def sample_length(self) -> int:
-        return self.resolved()["seq_length"] + int(self.add_extra_token)
+        return sampling.sample_length(self.resolved()["seq_length"], self.add_extra_token)
 
     def sampling_kwargs(self) -> dict:
         settings = self.resolved()
@@ -657,5 +648,5 @@ class GPTSamplesBuilder(BaseBuilder):
 
 
 __all__ = ["BaseBuilder", "BaseConfig", "DEFAULT_READ_AHEAD_BYTES", "GPTConfig", "GPTSamplesBuilder", "OpenedSplit",
-           "Plan", "SamplesConfig", "check_integer", "fixed_size_lists", "opened_samples", "opened_split",
+           "Plan", "SamplesConfig", "fixed_size_lists", "opened_samples", "opened_split",
            "pair_data_files", "ranged", "sample_features", "sample_table", "shard_ranges", "split_files"]

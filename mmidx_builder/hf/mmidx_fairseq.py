@@ -56,10 +56,7 @@ class FairseqConfig(BaseConfig):
 
     def validate(self) -> None:
         super().validate()
-        check_upsample_primary(self.upsample_primary)
-        for name in ("prepend_bos", "truncate_source", "append_source_id", "decode_text"):
-            if not isinstance(getattr(self, name), bool):
-                raise ParameterError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        check_upsample_primary(self.upsample_primary)  # (every bool field: BaseConfig.validate)
         PairItems(truncate_source=self.truncate_source, max_source_positions=self.max_source_positions)
         if (self.source_lang is None) != (self.target_lang is None):
             raise ParameterError("give both source_lang and target_lang or neither, got "

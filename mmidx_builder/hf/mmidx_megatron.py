@@ -11,6 +11,7 @@ are resolved against the folder or Hub repo ``load_dataset`` was given, so a car
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import posixpath
@@ -26,19 +27,18 @@ from .card_checksums import verify_against_card
 from ..dtypes import common_token_dtype
 from ..errors import ParameterError
 from ..format import IndexedFile, split_prefix
-from ..megatron.args import settings_from_megatron_args
-from ..megatron.plan import DEFAULT_SURPLUS, all_prefixes, megatron_plan
-from ..megatron.splits import build_split, check_seq_length, split_samples
-from ..megatron.versions import check_version
+from ..megatron.args import BLEND_SETTINGS, SETTINGS, Resolution, resolve
+from ..megatron.plan import all_prefixes
+from ..megatron.splits import build_split, split_samples
 from .pair_downloads import download_pairs
 from ..source import Concatenated
-from .common import (GPTConfig, GPTSamplesBuilder, OpenedSplit, Plan, check_integer, fixed_size_lists, opened_split,
-                     ranged, sample_features, structure_columns)
+from .common import (GPTConfig, GPTSamplesBuilder, OpenedSplit, Plan, fixed_size_lists, opened_split, ranged,
+                     sample_features, structure_columns)
 
-# The settings that say "this is a Megatron run": any of them picks this builder.
-OWN_SETTINGS = ("data_path", "split_ratios", "train_data_path", "valid_data_path", "test_data_path",
-                "megatron_args", "megatron_version", "mid_level_dataset_surplus")
-PATH_SETTINGS = ("data_path", "train_data_path", "valid_data_path", "test_data_path")
+# The settings that say "this is a Megatron run": the command line, and resolve()'s keywords
+# that a load of .bin/.idx pairs does not have. Any of them picks this builder.
+OWN_SETTINGS = ("megatron_args", "megatron_version",
+                *(name for name in SETTINGS if name not in {f.name for f in dataclasses.fields(GPTConfig)}))
 
 
 @dataclass
@@ -71,22 +71,14 @@ class MegatronConfig(GPTConfig):
     # Not a setting: the flags change batches, not samples. Declared only to refuse it by name.
     collator_flags: dict | None = field(default=None, repr=False)
 
+    def resolution(self) -> Resolution:
+        """Megatron's arguments resolved (megatron.resolve): ``megatron_args`` with the settings
+        given beside it laid over it."""
+        return resolve(self.megatron_args, megatron_version=self.megatron_version,
+                       **{name: getattr(self, name) for name in SETTINGS})
+
     def resolved(self) -> dict:
-        """The settings, ``megatron_args`` read and the explicit ones laid over it."""
-        settings = (settings_from_megatron_args(self.megatron_args, megatron_version=self.megatron_version)
-                    if self.megatron_args else {})
-        settings.pop("collator_flags", None)  # MegatronCollator's, not the samples'
-        explicit = {name: getattr(self, name) for name in (*PATH_SETTINGS, "split_ratios", "num_samples",
-                                                           "mid_level_dataset_surplus", "seq_length", "seed")}
-        if any(explicit[name] is not None for name in PATH_SETTINGS):
-            for name in PATH_SETTINGS:  # an explicit blend replaces the command line's whole blend
-                settings.pop(name, None)
-        settings.update({k: v for k, v in explicit.items() if v is not None})
-        defaults = super().resolved()
-        settings.setdefault("seq_length", defaults["seq_length"])
-        settings.setdefault("seed", defaults["seed"])
-        settings.setdefault("mid_level_dataset_surplus", DEFAULT_SURPLUS)
-        return settings
+        return self.resolution().settings
 
     def sampling_kwargs(self) -> dict:
         """The sampling settings every split shares (sizes are per split, in ``plans()``)."""
@@ -94,28 +86,24 @@ class MegatronConfig(GPTConfig):
         return dict(seq_length=settings["seq_length"], seed=settings["seed"], add_extra_token=self.add_extra_token)
 
     def plans(self) -> dict:
-        settings = self.resolved()
-        return megatron_plan(**{k: settings.get(k) for k in (*PATH_SETTINGS, "split_ratios", "num_samples",
-                                                             "mid_level_dataset_surplus")})
+        return self.resolution().plans
 
     def _check_sampling(self) -> None:
         if self.collator_flags is not None:
             raise ParameterError(
                 f"collator_flags={self.collator_flags!r} does not change the samples, so load_dataset does not take "
-                "it: pass the flags to MegatronCollator(reset_position_ids=..., eod_mask_loss=..., ...)")
+                "it: MegatronCollator.from_megatron_args(megatron_args) takes the flags of the same command line, "
+                "or pass them to MegatronCollator(reset_position_ids=..., eod_mask_loss=..., ...)")
         if self.num_epochs is not None:
             raise ParameterError(f"num_epochs={self.num_epochs!r} does not apply to Megatron data arguments (the "
                                  "mmidx_megatron builder): give num_samples (Megatron's --train-samples), or "
                                  "load the files without data_path to sample whole epochs")
-        settings = self.resolved()
-        check_integer("seq_length", settings["seq_length"], 1)
-        check_seq_length(settings["seq_length"])
-        check_integer("seed", settings["seed"], 0)
-        check_version(self.megatron_version)
+        resolution = self.resolution()
+        resolution.settings  # seq_length, seed and the command line's sizes checked
         # Every rule that needs no file. A card's config may carry no data setting (the call
         # adds it, and the config is validated again then); "no data" is said when loading.
-        if self.megatron_args or any(getattr(self, name) is not None for name in PATH_SETTINGS):
-            self.plans()
+        if self.megatron_args or any(getattr(self, name) is not None for name in BLEND_SETTINGS):
+            resolution.plans
 
 
 def megatron_table(built, plan: Plan, rows: np.ndarray) -> pa.Table:

@@ -16,9 +16,11 @@ import pyarrow as pa
 
 from .. import provenance
 from .._io import is_remote
+from ..checks import check_int
 from ..dtypes import cast_tokens
 from ..rawfiles import RawFiles, diff_chunks, diff_samples, labels_for
-from .common import GPTSamplesBuilder, OpenedSplit, Plan, SamplesConfig, check_integer, fixed_size_lists, ranged
+from ..sampling import DEFAULT_SEQ_LENGTH
+from .common import GPTSamplesBuilder, OpenedSplit, Plan, SamplesConfig, fixed_size_lists, ranged
 from .mmidx_raw import check_raw_settings, raw_data_files
 
 
@@ -34,12 +36,12 @@ class RawChunksConfig(SamplesConfig):
     """
 
     n_bytes: int | None = None
-    seq_length: int = 2048
+    seq_length: int = DEFAULT_SEQ_LENGTH
     style: str = "diff"
 
     def validate(self) -> None:
         super().validate()
-        check_integer("seq_length", self.seq_length, 1)
+        check_int("seq_length", self.seq_length, 1)
         check_raw_settings(self.n_bytes, self.style, "diff", "mmidx_raw_chunks")
 
     @property

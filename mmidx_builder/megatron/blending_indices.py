@@ -55,6 +55,7 @@ import warnings
 import numpy as np
 
 from .. import array_cache
+from ..checks import check_int
 from ..errors import ParameterError
 
 __all__ = [
@@ -113,14 +114,6 @@ def _as_weights(weights) -> np.ndarray:
         raise ParameterError(f"blending weight {k} is {w[k]!r}; every weight must be a finite number > 0 "
                              "(megatron-core's BlendedDataset asserts it)")
     return w
-
-
-def _as_size(size, name: str = "size") -> int:
-    if isinstance(size, bool) or not isinstance(size, (int, np.integer)):
-        raise ParameterError(f"{name} must be an integer, got {size!r}")
-    if size < 0:
-        raise ParameterError(f"{name} must be >= 0, got {size}")
-    return int(size)
 
 
 def _as_sizes(sizes) -> np.ndarray:
@@ -314,7 +307,7 @@ def build_blending_indices(weights, size: int) -> BlendingIndices:
     ``weights`` are used as given (float64), as the C++ does: pass what BlendedDataset passes,
     i.e. ``normalize(weights)`` of the weights it was given (see ``plan.py``).
     """
-    return _greedy(_as_weights(weights), _as_size(size), None)
+    return _greedy(_as_weights(weights), check_int("size", size, 0), None)
 
 
 def build_exhaustive_blending_indices(sizes) -> BlendingIndices:
@@ -356,7 +349,7 @@ def load_or_build_blending_indices(*, cache_dir: str | os.PathLike | None, weigh
         build = lambda: build_exhaustive_blending_indices(values)  # noqa: E731
     else:
         values, kind = _as_weights(weights), "weighted"
-        size = _as_size(size)
+        size = check_int("size", size, 0)
         build = lambda: build_blending_indices(values, size)  # noqa: E731
     if cache_dir is None:
         return build()

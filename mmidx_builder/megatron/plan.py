@@ -35,6 +35,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ..checks import check_int
 from ..errors import ParameterError
 
 # Megatron's Split enum order, and the names the HF splits get.
@@ -183,10 +184,7 @@ def _sizes(num_samples) -> list[int | None]:
         sizes = [num_samples.get(name) for name in SPLIT_NAMES]
     else:
         sizes = [num_samples, None, None]
-    for name, size in zip(SPLIT_NAMES, sizes):
-        if size is not None and (isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 0):
-            raise ParameterError(f"num_samples[{name!r}] must be a whole number >= 0, got {size!r}")
-    return [None if s is None else int(s) for s in sizes]
+    return [check_int(f"num_samples[{name!r}]", size, 0, allow_none=True) for name, size in zip(SPLIT_NAMES, sizes)]
 
 
 def _split_plan(name: str, index: int, blend: Blend, bookend, sizes: list, surplus: float, ratio: float,

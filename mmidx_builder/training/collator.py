@@ -40,8 +40,9 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from .. import provenance
+from ..checks import check_bool, check_int
 from ..errors import ParameterError
-from ..sampling import check_int
+from ..megatron.args import COLLATOR_DEFAULTS, resolve
 from ._torch import require_torch
 
 __all__ = ["MegatronCollator"]
@@ -64,6 +65,9 @@ class MegatronCollator:
 
     Rows may be dicts of lists, numpy arrays or torch tensors (any ``with_format``), Arrow
     tables of one row each, one Arrow table of many rows, or a dict of columns (a batch).
+
+    The defaults here are the plain ones (no flag on, no attention mask); a Megatron-LM
+    command line's flags, with Megatron-LM's defaults, come from :meth:`from_megatron_args`.
     """
 
     def __init__(self, eod_id: int | None = None, reset_position_ids: bool = False,
@@ -75,9 +79,7 @@ class MegatronCollator:
                      eod_mask_loss=eod_mask_loss, create_attention_mask=create_attention_mask,
                      inter_document_masking=inter_document_masking, add_extra_token=add_extra_token)
         for name, value in flags.items():
-            if not isinstance(value, (bool, np.bool_)):
-                raise ParameterError(f"{name} must be True or False, got {value!r}")
-            setattr(self, name, bool(value))
+            setattr(self, name, check_bool(name, value))
         if dataset is not None:
             eod_id = self._from_dataset(dataset, eod_id)
         if eod_id is None:
@@ -88,6 +90,26 @@ class MegatronCollator:
         if self.pad_id == self.eod_id:
             raise ParameterError(f"pad_id {self.pad_id} equals eod_id: megatron-core refuses a pad id that collides "
                                  "with EOD and uses -1 instead; pass pad_id=-1")
+
+    @classmethod
+    def from_megatron_args(cls, megatron_args, *, megatron_version: str | None = None, add_extra_token: bool = True,
+                           dataset=None, **explicit) -> "MegatronCollator":
+        """The collator of a Megatron-LM command line (a string or a list of tokens), as its
+        GPTDatasetConfig would make the batches: ``--reset-position-ids``,
+        ``--reset-attention-mask``, ``--eod-mask-loss``, ``--dataloader-inter-document-masking``,
+        and the attention mask unless ``--no-create-attention-mask-in-dataloader`` (Megatron-LM's
+        default), read by :func:`mmidx_builder.megatron.resolve`; a NullTokenizer's
+        ``--vocab-size`` gives ``eod_id`` and ``pad_id``. Keywords (``reset_position_ids=``,
+        ``create_attention_mask=``, ``eod_id=``, ``pad_id=``...) override the command line.
+        ``dataset=`` and ``add_extra_token`` are as for ``MegatronCollator(...)``; with neither
+        a NullTokenizer nor ``eod_id=``, the EOD id comes from ``dataset=``."""
+        not_flags = sorted(set(explicit) - set(COLLATOR_DEFAULTS))
+        if not_flags:
+            raise ParameterError(
+                f"{', '.join(f'{name}=' for name in not_flags)} is not one of MegatronCollator's keywords "
+                f"({', '.join(f'{name}=' for name in COLLATOR_DEFAULTS)}); the samples' settings go to load_dataset")
+        flags = resolve(megatron_args, megatron_version=megatron_version, **explicit).collator_flags
+        return cls(**flags, add_extra_token=add_extra_token, dataset=dataset)
 
     def _from_dataset(self, dataset, eod_id):
         record = provenance.dataset_record(getattr(dataset, "dataset", dataset))

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from ..checks import check_int
 from ..errors import ParameterError
 from ..fairseq_items import EOS, PAD
 from ._torch import require_torch
@@ -49,8 +50,7 @@ class FairseqCollater:
     def __init__(self, pad: int = PAD, eos: int = EOS, left_pad_source: bool = True, left_pad_target: bool = False,
                  input_feeding: bool = True, pad_to_multiple: int = 1, pad_to_length: Mapping | None = None):
         self.torch = require_torch("FairseqCollater")
-        if isinstance(pad_to_multiple, bool) or not isinstance(pad_to_multiple, int) or pad_to_multiple < 1:
-            raise ParameterError(f"pad_to_multiple must be a whole number >= 1, got {pad_to_multiple!r}")
+        check_int("pad_to_multiple", pad_to_multiple, 1)
         if pad_to_length is not None and not set(pad_to_length) <= {"source", "target"}:
             raise ParameterError(f"pad_to_length takes the keys 'source' and 'target', got {sorted(pad_to_length)}")
         self.pad, self.eos = int(pad), int(eos)

@@ -56,7 +56,7 @@ from collections.abc import Iterator, Mapping
 import numpy as np
 
 from .. import provenance
-from ..sampling import check_int
+from ..checks import check_int
 from ..errors import ParameterError
 from ._torch import require_torch
 
