@@ -96,20 +96,23 @@ def test_remote_read_ahead_serves_exactly_the_rows_asked_for_within_its_bound(nu
     assert got == [c.tolist() for c in chunks]
 
 
-def test_remote_read_ahead_makes_one_table_for_several_small_shards():
-    """A walk over shards of a few rows: the shards ahead are made as tables of up to
-    rows_per_table rows (one gather each, whose pieces can merge into fewer requests)."""
+@pytest.mark.parametrize("gather_rows", [100, 300])
+def test_remote_read_ahead_makes_one_table_for_several_small_shards(gather_rows):
+    """A walk over shards of a few rows: the shards ahead are made as gathers of up to
+    ``gather_bytes`` (at least rows_per_table rows; one gather each, whose pieces can merge
+    into fewer requests), cut back into the tables asked for."""
     layout = shard_ranges(1000, 96)  # shards of 10 and 11 rows
     for stride, first in ((1, 0), (3, 2)):
         make = CountingMaker()
-        read_ahead = ReadAhead(make, layout, rows_per_table=100, limit_bytes=1 << 30, threads=2)
+        read_ahead = ReadAhead(make, layout, rows_per_table=100, limit_bytes=1 << 30, threads=2,
+                               gather_bytes=gather_rows * 8 if gather_rows > 100 else 0)  # a row: one int64
         order = list(range(first, len(layout), stride))
         for call in calls_of(layout, order, 100):
             got = [(key, table.column("row").to_numpy().tolist()) for key, table in read_ahead.tables(call)]
             assert got == [(key, rows.tolist()) for key, rows in call]
         rows = sum(layout[s][1] - layout[s][0] for s in order)
-        assert len(make.calls) <= 2 + -(-rows // 89)
-        assert all(len(r) <= 100 for r in make.calls)
+        assert len(make.calls) <= 2 + -(-rows // (gather_rows - 11))
+        assert all(len(r) <= gather_rows for r in make.calls)
 
 
 def test_joined_batches_keep_keys_counts_and_order():

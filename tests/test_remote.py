@@ -281,6 +281,63 @@ def test_the_cache_is_keyed_by_content_so_a_changed_file_is_never_served_stale(s
     assert not np.array_equal(before, after)
 
 
+@settings(max_examples=60, deadline=None)
+@given(data=st.binary(min_size=1, max_size=5000), block=st.integers(1, 700),
+       pieces=st.lists(st.tuples(st.integers(0, 4999), st.integers(0, 1500)), max_size=30),
+       missing=st.one_of(st.none(), st.integers(0, 20)))
+def test_a_whole_cached_file_is_copied_from_its_blocks_exactly(tmp_path_factory, data, block, pieces, missing):
+    """A later epoch over a file the cache holds whole reads its mapped blocks directly: every
+    piece, also across blocks, equals the file's bytes; a missing block is reported, not guessed."""
+    from mmidx_builder.remote import RemoteObject
+
+    cache = BlockCache(str(tmp_path_factory.mktemp("blocks")), block_bytes=block)
+    obj = RemoteObject("http://example/x.bin", len(data), "etag")
+    blocks = -(-len(data) // block)
+    absent = None if missing is None or missing >= blocks else missing
+    assert not cache.holds_whole(obj)
+    for b in range(blocks):
+        if b != absent:
+            cache._store(obj, b, data[b * block:(b + 1) * block])
+    assert cache.holds_whole(obj) == (absent is None)
+    starts = np.array([min(a, len(data)) for a, _ in pieces], np.int64)
+    lengths = np.array([min(n, len(data) - a) for a, (_, n) in zip(starts.tolist(), pieces)], np.int64)
+    target = bytearray(int(lengths.sum()))
+    copied = cache.copy_pieces(obj, starts, lengths, memoryview(target))
+    needed = {b for a, n in zip(starts.tolist(), lengths.tolist()) for b in range(a // block, (a + max(n, 1) - 1) // block + 1)}
+    if absent is not None and absent in needed:
+        assert not copied
+    else:
+        assert copied
+        assert bytes(target) == b"".join(data[a:a + n] for a, n in zip(starts.tolist(), lengths.tolist()))
+    # A new process's cache (no memory of what it stored) learns the folder's blocks.
+    assert BlockCache(cache.folder, block_bytes=block).holds_whole(obj) == (absent is None)
+
+
+def test_a_stream_through_a_cache_holding_the_whole_file_reads_it_without_background_threads(served, tmp_path,
+                                                                                             monkeypatch):
+    from datasets import load_dataset
+
+    from mmidx_builder.hf.readahead import ReadAhead
+
+    folder, prefix = served
+    options = dict(seq_length=SEQ, split="train", cache_dir=str(tmp_path / "hf"), num_samples=300)
+    local = stream_rows(load_dataset("mmidx", data_files={"train": prefix + ".bin"}, streaming=True, **options))
+    with RangeServer(folder) as server:
+        remote = IndexedFile.open(server.url + "/corpus", opener=RemoteAccess(cache_dir=str(tmp_path / "blocks")))
+        stream = load_dataset("mmidx", data_files={"train": server.url + "/corpus.bin"}, streaming=True,
+                              remote_cache_dir=str(tmp_path / "blocks"), **options)
+        assert remote.remote
+        first = stream_rows(stream)  # fetches the whole .bin into the cache (one pass over every sample)
+        assert not remote.remote  # a reader opened before sees the cache whole too
+        requests = sum(server.requests.values())
+        started, calls = ReadAhead.tables, []
+        monkeypatch.setattr(ReadAhead, "tables", lambda self, batches: calls.append(1) or started(self, batches))
+        second = stream_rows(stream)
+        assert sum(server.requests.values()) == requests and not calls
+    np.testing.assert_array_equal(first, local)
+    np.testing.assert_array_equal(second, local)
+
+
 def test_eviction_removes_the_oldest_blocks_first(tmp_path):
     cache = BlockCache(str(tmp_path), max_bytes=10_000, block_bytes=1000)
     for i in range(15):
@@ -327,6 +384,37 @@ def test_builder_without_cache_fetches_at_most_one_and_a_half_times_the_samples_
     local = stream_rows(load_dataset("mmidx", data_files={"train": prefix + ".bin"}, streaming=True, **options))
     np.testing.assert_array_equal(got, local)
     assert sent <= 1.5 * local.size * 2, (sent, local.size * 2)
+
+
+def test_http_streams_send_the_netrc_login_reading_netrc_once_per_host_not_per_request(served, tmp_path,
+                                                                                        monkeypatch):
+    """datasets asks aiohttp for ``trust_env`` (proxy variables and ~/.netrc); aiohttp then reads
+    ~/.netrc again for every request, which cost 2.5x the client's CPU per ranged GET. The
+    login still reaches every request; the file is read once per host."""
+    import netrc
+
+    from datasets import load_dataset
+
+    folder, prefix = served
+    (tmp_path / "netrc").write_text("machine 127.0.0.1 login reader password s3cret\n")
+    monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))
+    for name in ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    reads = []
+    real_init = netrc.netrc.__init__
+    monkeypatch.setattr(netrc.netrc, "__init__", lambda self, *a: reads.append(a) or real_init(self, *a))
+    options = dict(seq_length=SEQ, split="train", cache_dir=str(tmp_path / "hf"), num_samples=300)
+    local = stream_rows(load_dataset("mmidx", data_files={"train": prefix + ".bin"}, streaming=True, **options))
+    with RangeServer(folder) as server:
+        got = stream_rows(load_dataset("mmidx", data_files={"train": server.url + "/corpus.bin"}, streaming=True,
+                                       **options))
+        logins, requests = dict(server.logins), sum(server.requests.values())
+    np.testing.assert_array_equal(got, local)
+    import base64
+
+    assert logins == {"Basic " + base64.b64encode(b"reader:s3cret").decode(): requests}
+    # A few reads for datasets' own requests (resolving the data files); none per ranged GET.
+    assert requests > 100 and len(reads) < requests / 10, (requests, len(reads))
 
 
 def test_fairseq_pairs_stream_over_http(tmp_path):
