@@ -644,15 +644,17 @@ class BlockCache:
         False, with ``target`` partly written, when a block is missing."""
         block = self.block_bytes
         first = starts // block
-        last = (starts + np.maximum(lengths, 1) - 1) // block
+        last = (starts + lengths - 1) // block
         views = {}
-        for b in np.unique(np.concatenate([first, last])).tolist():
+        for b in np.unique(np.concatenate([first, last])[np.tile(lengths > 0, 2)]).tolist():
             views[b] = self._mapped(obj, b)
             if views[b] is None:
                 return False
         position = 0
         for start, n, b, e in zip(starts.tolist(), lengths.tolist(), first.tolist(), last.tolist()):
             offset = start - b * block
+            if n == 0:
+                continue
             if b == e:
                 target[position:position + n] = views[b][offset:offset + n]
             else:  # a piece across blocks (rare: blocks are 2 MiB, pieces a document or less)
