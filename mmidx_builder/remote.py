@@ -264,11 +264,20 @@ async def _http_client(**client_kwargs):
     return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=REQUESTS_IN_FLIGHT), **client_kwargs)
 
 
-@functools.lru_cache(maxsize=256)
+# The variables aiohttp's trust_env reads: a change of any of them is looked up again.
+_TRUSTED_ENVIRONMENT = tuple(name for scheme in ("http", "https", "all", "no", "ws", "wss")
+                             for name in (f"{scheme.upper()}_PROXY", f"{scheme}_proxy")) + ("NETRC", "HOME")
+
+
 def _environment_for(scheme: str, host: str, has_auth: bool) -> tuple:
-    """What aiohttp's ``trust_env`` adds to a request to ``scheme://host``, looked up once per
-    process (as ``requests`` does per session): the proxy of the environment variables
-    (HTTP_PROXY, NO_PROXY, ...) and a ~/.netrc login when the request has no credentials."""
+    """What aiohttp's ``trust_env`` adds to a request to ``scheme://host``: the proxy of the
+    environment variables (HTTP_PROXY, NO_PROXY, ...) and a ~/.netrc login when the request
+    has no credentials; looked up once per host and environment."""
+    return _environment_lookup(scheme, host, has_auth, tuple(map(os.environ.get, _TRUSTED_ENVIRONMENT)))
+
+
+@functools.lru_cache(maxsize=256)
+def _environment_lookup(scheme: str, host: str, has_auth: bool, environment: tuple) -> tuple:
     from aiohttp.helpers import basicauth_from_netrc, get_env_proxy_for_url, netrc_from_env
     from yarl import URL
 
