@@ -248,6 +248,12 @@ class RemoteAccess:
 
 
 _LOCK = threading.Lock()
+# Set when the interpreter exits: requests not yet sent are not sent. Background read-ahead
+# threads are joined at exit (concurrent.futures), and without this a script that stops
+# after a few samples would wait for up to read_ahead_bytes of fetches it will never use.
+_EXITING = threading.Event()
+if hasattr(threading, "_register_atexit"):  # runs before non-daemon threads are joined (as concurrent.futures does)
+    threading._register_atexit(_EXITING.set)
 _FILESYSTEMS: dict = {}
 
 
@@ -394,6 +400,11 @@ def _classify(error) -> str:
     return "fatal"
 
 
+def _check_not_exiting(obj: RemoteObject, start: int, stop: int) -> None:
+    if _EXITING.is_set():
+        raise RemoteReadError(obj.url, start, stop, "not fetched: the interpreter is exiting")
+
+
 class _ShortBody(Exception):
     pass
 
@@ -464,6 +475,7 @@ def _fetch_async(access: RemoteAccess, fs, parts) -> list[bytes]:
         for attempt in range(access.retries + 1):
             try:
                 async with semaphore:
+                    _check_not_exiting(obj, start, stop)
                     data = await asyncio.wait_for(_get_async(fs, obj, start, stop), access.timeout)
                 return _check_length(obj, start, stop, data)
             except RemoteReadError:
@@ -524,6 +536,7 @@ def _fetch_threads(access: RemoteAccess, fs, parts) -> list[bytes]:
     def one(obj, start, stop):
         for attempt in range(access.retries + 1):
             try:
+                _check_not_exiting(obj, start, stop)
                 return _check_length(obj, start, stop, _get_sync(fs, obj, start, stop))
             except RemoteReadError:
                 raise

@@ -149,3 +149,32 @@ def test_stream_and_cache_of_small_shards_equal_the_samples(small_shards, tmp_pa
     np.testing.assert_array_equal(prepared.with_format("numpy")[:]["input_ids"], expected)
     # datasets still counts every shard's own rows, though several shards share one gather.
     assert prepared.info.splits["train"].original_shard_lengths == [b - a for a, b in shard_ranges(len(expected), 960)]
+
+
+def test_leaving_a_remote_stream_drops_the_tables_it_would_have_read_next():
+    """A ``break`` or ``take`` ends a stream: the gathers queued for what it would read next are
+    not fetched (a script that stops after a few samples does not wait for them at exit)."""
+    import threading
+
+    release = threading.Event()
+    started = []
+
+    def make(rows):
+        if rows[0] >= 20:  # the first two tables go through; the gathers after them wait
+            release.wait(10)
+        started.append(len(rows))
+        return pa.table({"row": pa.array(np.asarray(rows, np.int64))})
+
+    layout = shard_ranges(5000, 500)
+    read_ahead = ReadAhead(make, layout, rows_per_table=10, limit_bytes=1 << 30, threads=2, gather_bytes=0)
+    read_ahead._handed_out = 1 << 28  # as after a long stream: the bound allows many gathers ahead
+    tables = read_ahead.tables(batch for call in calls_of(layout, range(len(layout)), 10) for batch in call)
+    next(tables)  # made at once; it tells the read-ahead the bytes per row
+    next(tables)
+    queued = len(read_ahead._pending)
+    assert queued > 10
+    before = len(started)
+    tables.close()
+    release.set()
+    read_ahead._pool.shutdown(wait=True)
+    assert len(started) <= before + 2, (before, len(started))  # at most the two gathers under way

@@ -157,6 +157,13 @@ class ReadAhead:
         batches = iter(batches)
         ahead = []  # (key, rows) pulled from batches and not handed out; the first `scheduled` are submitted
         call = {"started": False, "shard": None, "last": None, "exhausted": False, "scheduled": 0}
+        try:
+            yield from self._tables(batches, ahead, call)
+        except GeneratorExit:  # the stream was left (a break, a take): what it would read next is not needed
+            self.drop_all()
+            raise
+
+    def _tables(self, batches, ahead: list, call: dict) -> Iterator[tuple[object, object]]:
         while True:
             if ahead:
                 key, rows = ahead.pop(0)
