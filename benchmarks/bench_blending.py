@@ -29,7 +29,7 @@ CHILD = textwrap.dedent("""
         if n:
             from megatron.core.datasets import helpers  # noqa: F401
         else:
-            from mmidx_builder.megatron import blending  # noqa: F401
+            from mmidx_builder.megatron import blending_indices as blending  # noqa: F401
         print(json.dumps({"rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
         sys.exit()
     if which == "megatron-core":
@@ -38,7 +38,7 @@ CHILD = textwrap.dedent("""
         index = np.zeros(size, np.int16); sample = np.zeros(size, np.int64)
         helpers.build_blending_indices(index, sample, weights, n, size, False)
     else:
-        from mmidx_builder.megatron import blending
+        from mmidx_builder.megatron import blending_indices as blending
         start = time.perf_counter()
         result = blending.build_blending_indices(weights, size)
         index, sample = result.dataset_index, result.dataset_sample_index

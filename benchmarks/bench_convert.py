@@ -19,7 +19,7 @@ import random
 import tempfile
 import time
 
-from mmidx_builder import convert as convert_module
+from mmidx_builder.convert.readers.base import BATCH_RECORDS
 from mmidx_builder.convert import convert
 
 
@@ -57,7 +57,7 @@ def ceiling(tokenizer_path: str, texts: list[str]) -> tuple[float, int]:
     import tokenizers
 
     tokenizer = tokenizers.Tokenizer.from_file(tokenizer_path)
-    batch = convert_module.BATCH_RECORDS
+    batch = BATCH_RECORDS
     started = time.perf_counter()
     tokens = 0
     for i in range(0, len(texts), batch):

@@ -10,7 +10,8 @@ them and ``import mmidx_builder.format`` stays light. Public names are loaded on
     what training     sampling (Megatron's indices and sample assembly)
     sees
     datasets          hf/ (one builder per source kind; "mmidx" picks the kind), registry
-    training          training/ (MegatronCollator, FairseqCollater, megatron_rank_stream, arrow_rows), provenance (EOD id)
+    training          training/ (MegatronCollator, FairseqCollater, megatron_rank_stream, arrow_rows,
+                      numpy_batches), provenance (EOD id)
     tools             convert, card, hub, stats, cli/
 """
 
@@ -26,7 +27,7 @@ __version__ = "0.1.0"
 
 # public name -> module that defines it
 _LAZY = {
-    "ConcatenatedFiles": "format",
+    "Concatenated": "source",
     "ConcurrentWriteError": "errors",
     "ConvertError": "errors",
     "Flavour": "dtypes",
@@ -41,7 +42,7 @@ _LAZY = {
     "ParameterError": "errors",
     "TokenSource": "source",
     "write_documents": "format",
-    "numpy_batches": "hf.numpy_batches",
+    "numpy_batches": "training.as_numpy",
     # The training helpers use torch (an optional extra) when called.
     "FairseqCollater": "training",
     "MegatronCollator": "training",

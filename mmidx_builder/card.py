@@ -1,8 +1,8 @@
 """Dataset cards (``README.md``) for a folder of ``.bin``/``.idx`` pairs.
 
 The card is computed, not typed: every number in it comes from the reader the builder
-uses (:class:`~mmidx_builder.format.IndexedFile`, :class:`ConcatenatedFiles`) and from
-the same sample count the builder produces, so a card never promises rows that
+uses (:class:`~mmidx_builder.format.IndexedFile`, :class:`~mmidx_builder.source.Concatenated`)
+and from the same sample count the builder produces, so a card never promises rows that
 ``load_dataset`` does not yield. What it holds:
 
     YAML metadata   license, task categories, tags, size category (kept if a person set them);
@@ -35,7 +35,8 @@ import numpy as np
 from . import provenance
 from ._io import write_atomically
 from .errors import ParameterError
-from .format import ConcatenatedFiles, IndexedFile, split_prefix
+from .format import IndexedFile, split_prefix
+from .source import Concatenated
 from .stats import describe
 
 README_NAME = "README.md"
@@ -192,7 +193,7 @@ def collect(directory: str | os.PathLike, settings: CardSettings) -> list[SplitF
             pairs.append(PairFacts(bin_name=bin_name, idx_name=idx_name, numbers=describe(indexed),
                                    bin_sha256=sha256_of(indexed.bin_path), idx_sha256=sha256_of(indexed.idx_path),
                                    lengths=indexed.document_lengths()))
-        source = ConcatenatedFiles(files)  # refuses mixed dtypes, as the builder does
+        source = Concatenated(files)  # refuses mixed dtypes, as the builder does
         num_examples = int(sampling.count_samples(
             source.num_tokens, seq_length=settings.seq_length, num_epochs=settings.num_epochs,
             num_samples=settings.num_samples, add_extra_token=settings.add_extra_token)[1])

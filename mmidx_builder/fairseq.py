@@ -32,7 +32,8 @@ from .errors import FormatError, MissingPartnerError, ParameterError
 from .fairseq_batches import batch_by_size, max_tokens_batches, ordered_indices, shard_batches  # noqa: F401
 from .dtypes import cast_tokens
 from .fairseq_items import PairItems
-from .format import ConcatenatedFiles, IndexedFile
+from .format import IndexedFile
+from .source import Concatenated
 
 OVERWRITE_FLAG = "#fairseq:overwrite"
 
@@ -367,8 +368,8 @@ class LanguagePairs:
                                   f"{source.num_sequences} sentences, as many as {source.idx_path}",
                                   f"{target.num_sequences}", hint="the two sides of a pair must align line by line")
         self.shards = list(shards)
-        self.source = ConcatenatedFiles([s for s, _ in shards])
-        self.target = ConcatenatedFiles([t for _, t in shards])
+        self.source = Concatenated([s for s, _ in shards])
+        self.target = Concatenated([t for _, t in shards])
         ratios = [int(upsample_primary) if len(shards) > 1 else 1] + [1] * (len(shards) - 1)
         real = np.array([s.num_sequences for s, _ in shards], np.int64)
         # ConcatDataset.cumsum: shard k covers ids [ends[k-1], ends[k]); an id past a
@@ -419,7 +420,7 @@ class LanguagePairs:
         local = (ids - shard_start) % self._real_sizes[shard]
         return self.source.first_sequence[shard] + local
 
-    def _gather_sizes(self, side: ConcatenatedFiles) -> np.ndarray:
+    def _gather_sizes(self, side: Concatenated) -> np.ndarray:
         return side.sequence_lengths.astype(np.int64)[self.sequence_ids(np.arange(self.num_pairs))]
 
     def __getitem__(self, i: int) -> tuple[np.ndarray, np.ndarray]:
@@ -436,7 +437,7 @@ class LanguagePairs:
         return f"LanguagePairs({self.num_pairs} pairs, {len(self.shards)} shard(s))"
 
 
-def _list_array(side: ConcatenatedFiles, sequences: np.ndarray) -> pa.ListArray:
+def _list_array(side: Concatenated, sequences: np.ndarray) -> pa.ListArray:
     lengths = side.sequence_lengths[sequences].astype(np.int64)
     offsets = np.zeros(len(sequences) + 1, np.int64)
     np.cumsum(lengths, out=offsets[1:])

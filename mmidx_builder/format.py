@@ -43,7 +43,7 @@ from ._io import (TEMPORARY_MARK, WriterLock,  # noqa: F401  (TEMPORARY_MARK: te
                   temporary_path, temporary_stem)
 from .dtypes import DTYPE_TABLES, FAIRSEQ_DTYPES, MEGATRON_DTYPES, Flavour, dtype_code, smallest_dtype, writer_dtype  # noqa: F401
 from .errors import FormatError, MissingPartnerError, ParameterError
-from .source import Concatenated, check_pieces, combined_identity, first_bad
+from .source import check_pieces, combined_identity, first_bad
 
 MAGIC = b"MMIDIDX\x00\x00"
 # The provenance sidecar beside a pair (provenance.py): it describes one generation of the
@@ -817,8 +817,3 @@ def write_documents(prefix, documents: Iterable, **writer_options) -> str:
         for document in documents:
             writer.add_document(document)
     return writer.prefix
-
-
-# Several pairs read as one (what Megatron samples over their merge): the generic
-# concatenation of token sources, under the name this module has always exported.
-ConcatenatedFiles = Concatenated

@@ -515,7 +515,7 @@ def assemble_samples(source, indices: SamplingIndices, sample_ids) -> np.ndarray
     sample_length)`` in ``source.dtype``, read with one ``source.read_pieces`` call.
 
     ``source`` offers ``sequence_lengths``, ``dtype`` and ``read_pieces(sequence_ids,
-    offsets, lengths, out=None)`` (an IndexedFile, ConcatenatedFiles or a raw source).
+    offsets, lengths, out=None)`` (an IndexedFile, a source.Concatenated or a raw source).
     """
     sequence_ids, offsets, lengths, _ = sample_pieces(indices, source.sequence_lengths, sample_ids)
     out = np.empty(int(lengths.sum()), source.dtype)

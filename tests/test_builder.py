@@ -18,7 +18,8 @@ from datasets.distributed import split_dataset_by_node
 import mmidx_builder
 from mmidx_builder import sampling
 from mmidx_builder.errors import MissingPartnerError, MMIdxError, ParameterError
-from mmidx_builder.format import ConcatenatedFiles, IndexedFile, IndexedFileWriter, write_documents
+from mmidx_builder.format import IndexedFile, IndexedFileWriter, write_documents
+from mmidx_builder.source import Concatenated
 from mmidx_builder import MMIdx
 from mmidx_builder.hf.common import shard_ranges
 
@@ -40,7 +41,7 @@ def corpus(tmp_path_factory, random_documents, awkward_lengths, write_corpus):
 
 
 def expected_samples(prefixes, **params):
-    source = ConcatenatedFiles([IndexedFile.open(p) for p in prefixes])
+    source = Concatenated([IndexedFile.open(p) for p in prefixes])
     params = {"seq_length": SEQ, "seed": SEED, **params}
     indices = sampling.build_indices(source.sequence_lengths, **params)
     return sampling.assemble_samples(source, indices, np.arange(indices.num_samples)), source, indices

@@ -17,10 +17,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from mmidx_builder import convert as convert_module
+from mmidx_builder.convert.readers import base as readers_base
 from mmidx_builder.cli import main
 from mmidx_builder.convert import convert, merge
-from mmidx_builder.errors import ConvertError
+from mmidx_builder.errors import ConvertError, MMIdxError
 from mmidx_builder.format import IndexedFile
 
 WORDS = ("the of and to in is was for on that with as by at from his her an were are which this be "
@@ -175,7 +175,7 @@ def mixed_inputs(tmp_path):
 
 
 def test_worker_count_does_not_change_the_bytes(bpe_path, mixed_inputs, tmp_path, monkeypatch):
-    monkeypatch.setattr(convert_module, "BATCH_RECORDS", 6)  # many batches in flight at once
+    monkeypatch.setattr(readers_base, "BATCH_RECORDS", 6)  # many batches in flight at once
     one = convert(mixed_inputs, str(tmp_path / "one"), bpe_path, append_eod=True, workers=1)
     two = convert(mixed_inputs, str(tmp_path / "two"), bpe_path, append_eod=True, workers=2)
     assert one.documents == two.documents == 160
@@ -221,7 +221,7 @@ def test_pretokenized_json_and_parquet(tmp_path):
     assert indexed.dtype == np.int32  # vocab >= 65500
     assert documents_of(summary.outputs["ids"]) == [ids + [69999] if ids else [] for ids in lists] * 2
 
-    with pytest.raises(ConvertError, match="vocab-size"):
+    with pytest.raises(ConvertError, match="vocab_size="):
         convert([str(tmp_path / "ids.jsonl")], str(tmp_path / "q"), "none", json_keys=["ids"])
     with pytest.raises(ConvertError, match=r"ids\.jsonl, line 2: 'ids': token ids must lie in \[0, 1000\)"):
         convert([str(tmp_path / "ids.jsonl")], str(tmp_path / "q"), "none", json_keys=["ids"], vocab_size=1000)
@@ -294,7 +294,7 @@ def test_existing_output_is_left_alone_unless_overwrite(tmp_path):
     first = convert([source], str(tmp_path / "x"), "bytes").outputs["text"]
     before = pair_bytes(first)
     write_jsonl(tmp_path / "a.jsonl", ["three"])
-    with pytest.raises(ConvertError, match="exists; pass --overwrite"):
+    with pytest.raises(ConvertError, match="exists; pass overwrite=True"):
         convert([source], str(tmp_path / "x"), "bytes")
     assert pair_bytes(first) == before
     convert([source], str(tmp_path / "x"), "bytes", overwrite=True)
@@ -322,3 +322,74 @@ def test_cli_convert_shards_and_merge(bpe_path, tmp_path, capsys):
     assert err.count("\n") == 0 and "bad.jsonl, line 2" in err
     assert main(["merge", str(tmp_path / "whole_text_document"), "--output-prefix",
                  str(tmp_path / "merged_text")]) == 1  # exists
+
+
+# --- library messages name keywords, the CLI its flags (issue 21) ---------------------------
+
+@pytest.mark.parametrize("keyword, flag, value, said", [
+    ("workers", "--workers", 0, "must be at least 1, got 0"),
+    ("num_shards", "--num-shards", 0, "must be at least 1, got 0"),
+    ("max_document_chars", "--max-document-chars", -5, "must be at least 0, got -5"),
+])
+def test_library_messages_name_keywords_and_the_cli_its_flags(keyword, flag, value, said, tmp_path, capsys):
+    source = write_jsonl(tmp_path / "a.jsonl", ["one", "two"])
+    with pytest.raises(MMIdxError) as raised:
+        convert([source], str(tmp_path / "lib"), "bytes", **{keyword: value})
+    assert f"{keyword}= {said}" in str(raised.value) and "--" not in str(raised.value)
+
+    assert main(["convert", source, "--output-prefix", str(tmp_path / "cli"), "--tokenizer", "bytes",
+                 "--no-progress", flag, str(value)]) == 1
+    err = capsys.readouterr().err
+    assert f"{flag} {said}" in err and f"{keyword}=" not in err
+    assert not list(tmp_path.glob("lib*")) and not list(tmp_path.glob("cli*"))
+
+
+def test_cli_says_flags_with_values_and_leaves_paths_alone(tmp_path, capsys):
+    folder = tmp_path / "lang=en"  # a partition folder, as data lakes name them
+    folder.mkdir()
+    source = write_jsonl(folder / "a.jsonl", ["short", "x" * 50])
+    with pytest.raises(ConvertError) as raised:
+        convert([source], str(tmp_path / "lib"), "bytes", max_document_chars=10)
+    assert "more than max_document_chars=10 " in str(raised.value)
+    assert "pass skip_bad_records=True to skip" in str(raised.value)
+
+    assert main(["convert", source, "--output-prefix", str(tmp_path / "cli"), "--tokenizer", "bytes",
+                 "--no-progress", "--max-document-chars", "10"]) == 1
+    err = capsys.readouterr().err
+    assert f"{folder}/a.jsonl, line 2" in err  # the path's "lang=en" is not a flag
+    assert "more than --max-document-chars 10 " in err and "pass --skip-bad-records to skip" in err
+
+
+# --- a new input format is its module plus one line in READERS -----------------------------
+
+def test_a_reader_added_to_the_table_is_planned_read_and_parsed(tmp_path, monkeypatch):
+    from mmidx_builder.convert import plan_inputs
+    from mmidx_builder.convert.readers import READERS
+    from mmidx_builder.convert.readers.base import Reader, line_batches, read_payloads
+
+    class KeyValueReader(Reader):  # "text=..." lines, one document each
+        suffixes = (".kv",)
+
+        @staticmethod
+        def batches(item, start, context):
+            yield from line_batches(item, start, context)
+
+        @staticmethod
+        def records(batch, keys, bad):
+            good = []
+            for k, payload in read_payloads(batch, bad):
+                name, _, value = payload.decode("utf-8").rstrip("\n").partition("=")
+                good.append((k, {name: value}))
+            return good
+
+    monkeypatch.setitem(READERS, "kv", KeyValueReader)
+    lines = ["text=first", "text=zweite ü", "other=no text key", "text="]
+    (tmp_path / "a.kv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    assert [item.kind for item in plan_inputs([str(tmp_path / "*.kv")])] == ["kv"]
+    with pytest.raises(ConvertError, match=r"a\.kv, line 3: no key 'text'"):
+        convert([str(tmp_path / "a.kv")], str(tmp_path / "out"), "bytes")
+    for workers in (1, 2):  # parsed in worker processes too
+        summary = convert([str(tmp_path / "a.kv")], str(tmp_path / f"out{workers}"), "bytes", workers=workers,
+                          skip_bad_records=True)
+        assert summary.bad_records == 1
+        assert documents_of(summary.outputs["text"]) == [list(b"first"), list("zweite ü".encode()), []]

@@ -466,7 +466,7 @@ def test_token_id_past_the_dtype_is_one_line_from_the_cli(all_cases, megatron_ou
 def test_without_transformers_generic_folders_follow_the_config(all_cases, megatron_outputs, tmp_path):
     """The files-only build (no transformers installed) of generic-class folders:
     split_special_tokens and the config's unk_token, as Megatron's ids have them."""
-    from mmidx_builder.tokenize import HFTokenizersTokenizer
+    from mmidx_builder.convert.tokenize import HFTokenizersTokenizer
 
     for name in ("split_special_tokens", "config_unk_token", "bare_cr"):
         case = dataclasses.replace(all_cases[name], tokenizer=HFTokenizersTokenizer(all_cases[name].tokenizer,
@@ -477,7 +477,7 @@ def test_without_transformers_generic_folders_follow_the_config(all_cases, megat
 
 
 def test_without_transformers_a_class_folder_is_refused_with_the_install_hint(all_cases):
-    from mmidx_builder.tokenize import HFTokenizersTokenizer
+    from mmidx_builder.convert.tokenize import HFTokenizersTokenizer
 
     with pytest.raises(ConvertError, match=r"tokenizer_class 'GPT2TokenizerFast'.*pip install 'mmidx-builder\[transformers\]'"):
         HFTokenizersTokenizer(all_cases["gpt2_tokenizer_fast_normaliser"].tokenizer, use_transformers=False)

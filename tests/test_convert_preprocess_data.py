@@ -220,7 +220,7 @@ def test_hf_ids_and_bytes_equal_megatron(megatron, megatron_tokenizers, hf_folde
 def test_eod_taken_where_megatron_takes_it(megatron_tokenizers, hf_folders):
     """sep_token when the config has no eos_token; an eos_token missing from tokenizer.json
     gets a new id; no config and no usual name: no EOD (Megatron would crash)."""
-    from mmidx_builder.tokenize import load_tokenizer
+    from mmidx_builder.convert.tokenize import load_tokenizer
 
     expected = {"truncating+bert_config": "[SEP]", "eos_added_by_config": "</s>"}
     for case, token in expected.items():
@@ -235,7 +235,7 @@ def test_eod_taken_where_megatron_takes_it(megatron_tokenizers, hf_folders):
 
 def test_append_eod_without_an_eod_token_is_a_clear_error(hf_folders, tmp_path):
     source = write_jsonl(tmp_path / "in.jsonl", DOCUMENTS)
-    with pytest.raises(ConvertError, match="no end-of-document token; pass --eod-id"):
+    with pytest.raises(ConvertError, match="no end-of-document token; pass eod_id="):
         convert([source], str(tmp_path / "out"), hf_folders["truncating"], append_eod=True)
     assert not [name for name in os.listdir(tmp_path) if name.startswith("out")]
 
@@ -312,7 +312,7 @@ def megatron_splitter(nltk_punkt, keep_newlines: bool):
 @pytest.mark.parametrize("keep_newlines", [False, True], ids=["split", "keep_newlines"])
 def test_split_sentences_equal_megatron(megatron, megatron_tokenizers, punkt_data, sentencepiece_model,
                                         keep_newlines, tmp_path, monkeypatch):
-    from mmidx_builder import sentences
+    from mmidx_builder.convert import sentences
 
     theirs = megatron_sentencepiece_tokenizer(megatron_tokenizers, sentencepiece_model)
     splitter = megatron_splitter(punkt_data, keep_newlines)

@@ -235,7 +235,7 @@ def test_a_huge_document_is_refused_not_tokenized(tmp_path):
     from mmidx_builder.errors import ConvertError
 
     (tmp_path / "a.jsonl").write_text('{"text": "short"}\n{"text": "%s"}\n' % ("word " * 3000))
-    with pytest.raises(ConvertError, match=r"line 2.*more than --max-document-chars 1,000"):
+    with pytest.raises(ConvertError, match=r"line 2.*more than max_document_chars=1,000"):
         convert([str(tmp_path / "a.jsonl")], str(tmp_path / "out"), "bytes", max_document_chars=1000)
     summary = convert([str(tmp_path / "a.jsonl")], str(tmp_path / "out"), "bytes", max_document_chars=1000,
                       skip_bad_records=True)

@@ -17,8 +17,9 @@ from hypothesis import strategies as st
 
 from mmidx_builder import format as fmt
 from mmidx_builder.errors import FormatError, ParameterError
-from mmidx_builder.format import (ConcatenatedFiles, Flavour, IndexedFile, IndexedFileWriter, dtype_code,
+from mmidx_builder.format import (Flavour, IndexedFile, IndexedFileWriter, dtype_code,
                                   parse_header, smallest_dtype, split_prefix, write_documents)
+from mmidx_builder.source import Concatenated
 
 # The dtype tables as FORMAT.md writes them.
 SPEC_MEGATRON = {1: "uint8", 2: "int8", 3: "int16", 4: "int32", 5: "int64", 6: "float64", 7: "float32", 8: "uint16"}
@@ -456,7 +457,7 @@ def test_read_pieces_refuses_requests_outside_a_sequence(gather_file):
 def test_concatenated_files_number_sequences_across_files(tmp_path):
     a = write_documents(tmp_path / "a", [[1, 2, 3], [4]], dtype=np.uint16)
     b = write_documents(tmp_path / "b", [[], [5, 6]], dtype=np.uint16)
-    both = ConcatenatedFiles([IndexedFile.open(a), IndexedFile.open(b)])
+    both = Concatenated([IndexedFile.open(a), IndexedFile.open(b)])
     assert (both.num_sequences, both.num_tokens) == (4, 6)
     assert both.sequence_lengths.tolist() == [3, 1, 0, 2]
     assert both.read_pieces([3, 0, 1, 3], [1, 1, 0, 0], [1, 2, 1, 2]).tolist() == [6, 2, 3, 4, 5, 6]
@@ -465,9 +466,9 @@ def test_concatenated_files_number_sequences_across_files(tmp_path):
             both.read_pieces(ids, offsets, lengths)
     c = write_documents(tmp_path / "c", [[1]], dtype=np.uint8)
     with pytest.raises(ParameterError):
-        ConcatenatedFiles([IndexedFile.open(a), IndexedFile.open(c)])
+        Concatenated([IndexedFile.open(a), IndexedFile.open(c)])
     with pytest.raises(ParameterError):
-        ConcatenatedFiles([])
+        Concatenated([])
 
 
 def test_list_ids_above_int64_keep_every_bit(tmp_path):

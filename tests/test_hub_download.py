@@ -25,7 +25,7 @@ from datasets.exceptions import DatasetNotFoundError
 import mmidx_builder  # noqa: F401  (registers the builder)
 from mmidx_builder import FormatError, MMIdxError, hub, write_documents
 from mmidx_builder.card import CardSettings, write_card
-from mmidx_builder.card_checksums import card_sha256
+from mmidx_builder.hf.card_checksums import card_sha256
 
 from hub_server import LocalHub, isolate_hf_home, loopback_only, point_clients_at
 
@@ -391,7 +391,7 @@ def test_a_stalled_response_times_out_and_is_retried(local_hub, published, cache
 
 def test_all_checks_compares_the_cards_sha256_with_the_downloads(local_hub, published, cache, caplog):
     _copy_of_published(local_hub, "me/checked")
-    caplog.set_level("INFO", logger="mmidx_builder.card_checksums")
+    caplog.set_level("INFO", logger="mmidx_builder.hf.card_checksums")
     loaded = within(DEADLINE, lambda: load_dataset("me/checked", split="train", cache_dir=cache,
                                                    verification_mode="all_checks"))
     np.testing.assert_array_equal(rows(loaded), rows(load_dataset(str(published), split="train", cache_dir=cache)))

@@ -120,7 +120,7 @@ def _race(barrier, folder, me, results, action):
         except ConcurrentWriteError:
             return "busy", None
         except ConvertError as error:
-            assert "exists; pass --overwrite" in str(error), error
+            assert "exists; pass overwrite=True" in str(error), error
             return "exists", None
 
     for i in range(TRIES):
@@ -393,7 +393,7 @@ def test_skip_bad_records_keeps_every_intact_record_before_the_damage(tmp_path, 
         convert([str(tmp_path / "in.jsonl.gz")], str(tmp_path / "strict"), "bytes")
     # Stopped by the damage (or by a garbage record before it): nothing is written, none said to be.
     assert "were converted" not in str(raised.value)
-    assert "nothing was written" in str(raised.value) or "pass --skip-bad-records" in str(raised.value)
+    assert "nothing was written" in str(raised.value) or "pass skip_bad_records=True" in str(raised.value)
     assert not [name for name in os.listdir(tmp_path) if name.startswith("strict")]
 
 
@@ -419,7 +419,7 @@ def test_a_very_long_line_is_refused_while_reading_in_bounded_memory(tmp_path):
             tracemalloc.stop()
     assert summary.documents == 2 and summary.bad_records == 1
     (where, problem), = summary.bad_examples
-    assert where.endswith("in.jsonl, line 2") and "--max-document-chars 1,000" in problem
+    assert where.endswith("in.jsonl, line 2") and "max_document_chars=1,000" in problem
     # Before, the line was read whole (40 MB) and parsed (another 40 MB) before the check.
     assert peaks[1] - peaks[0] < 4 * 2**20, [f"{peak / 2**20:.1f} MiB" for peak in peaks]
     with pytest.raises(ConvertError, match=r"line 2: a line .* of at least [\d,]+ bytes"):

@@ -27,7 +27,7 @@ def bundled_only(tmp_path, monkeypatch):
     import nltk.data
 
     monkeypatch.setattr(nltk.data, "path", [str(tmp_path / "no_nltk_data")])
-    from mmidx_builder.sentences import SentenceSplitter
+    from mmidx_builder.convert.sentences import SentenceSplitter
 
     return SentenceSplitter
 
@@ -100,23 +100,23 @@ def test_sentence_level_layout(bundled_only, tmp_path):
 def test_options_that_do_not_apply_are_errors(tmp_path):
     source = tmp_path / "in.jsonl"
     source.write_text('{"text": "One. Two."}\n')
-    with pytest.raises(ConvertError, match="--keep-newlines .* needs --split-sentences"):
+    with pytest.raises(ConvertError, match="keep_newlines=True .* needs split_sentences=True"):
         convert([str(source)], str(tmp_path / "a"), "bytes", keep_newlines=True)
-    with pytest.raises(ConvertError, match="--split-sentences splits text"):
+    with pytest.raises(ConvertError, match="split_sentences=True splits text"):
         convert([str(source)], str(tmp_path / "b"), "none", vocab_size=10, split_sentences=True)
-    with pytest.raises(ConvertError, match="--add-special-tokens applies to"):
+    with pytest.raises(ConvertError, match="add_special_tokens=True applies to"):
         convert([str(source)], str(tmp_path / "c"), "bytes", add_special_tokens=True)
 
 
 def test_unknown_language_is_a_clear_error(bundled_only):
     with pytest.raises(ConvertError, match="no such Punkt model"):
         bundled_only("klingon")
-    with pytest.raises(ConvertError, match="--lang must be a Punkt language name"):
+    with pytest.raises(ConvertError, match="lang= must be a Punkt language name"):
         bundled_only("../english")
 
 
 def test_punkt_giving_up_names_the_record(bundled_only, tmp_path, monkeypatch):
-    from mmidx_builder import sentences
+    from mmidx_builder.convert import sentences
 
     def too_slow(self, text):
         if "stuck" in text:

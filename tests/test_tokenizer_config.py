@@ -9,8 +9,8 @@ import os
 import pytest
 
 from mmidx_builder.errors import ConvertError
-from mmidx_builder.tokenize import load_tokenizer
-from mmidx_builder.tokenizer_config import read_tokenizer_config
+from mmidx_builder.convert.tokenize import load_tokenizer
+from mmidx_builder.convert.tokenizer_config import read_tokenizer_config
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +101,7 @@ def test_without_transformers_only_the_generic_class_is_built(tokenizer_json, tm
     """What AutoTokenizer would build is a class of transformers' own when tokenizer_config.json
     names one, or when it names none and config.json has a model_type: refused with the
     install hint rather than guessed."""
-    from mmidx_builder.tokenize import HFTokenizersTokenizer
+    from mmidx_builder.convert.tokenize import HFTokenizersTokenizer
 
     generic = folder_with(tmp_path / "generic", tokenizer_json, tokenizer_config={"tokenizer_class": "TokenizersBackend"},
                           config={"model_type": "bert"})

@@ -33,7 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `mmidx show ... | head` closed the pipe: not an error
         return 0
     except (MMIdxError, OSError) as error:
-        print(f"mmidx {args.command}: error: {error}", file=sys.stderr)
+        # A command may say it in its own flags (cli/keywords.py).
+        print(f"mmidx {args.command}: error: {getattr(args, 'explain', str)(error)}", file=sys.stderr)
         return 1
     return 0
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..convert import MAX_DOCUMENT_CHARS  # light: numpy and the format layer
+from .keywords import in_flags
 
 def add_commands(commands) -> None:
     """``mmidx convert`` and ``mmidx merge``."""
@@ -45,13 +46,14 @@ def add_commands(commands) -> None:
                    help="refuse (as a bad record) a document longer than N characters; tokenizers needs "
                         "~100 bytes of memory per character (default %(default)s; 0: no limit)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.set_defaults(run=_run_convert)
+    # The library's messages name its keywords (workers=); errors are reported with these flags.
+    p.set_defaults(run=_run_convert, explain=in_flags(p))
 
     p = commands.add_parser("merge", help="join .bin/.idx pairs in order (Megatron's merge_datasets)")
     p.add_argument("prefixes", nargs="+", metavar="PREFIX", help="pairs to join, in this order")
     p.add_argument("--output-prefix", required=True, metavar="P")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output")
-    p.set_defaults(run=_run_merge)
+    p.set_defaults(run=_run_merge, explain=in_flags(p))
 
 
 def _run_convert(args) -> None:

@@ -98,7 +98,7 @@ def _megatron_samples(args) -> None:
     """The splits a Megatron command line builds: per split, the summary and some samples."""
     from ..format import IndexedFile
     from ..megatron.args import settings_from_megatron_args
-    from ..megatron.blend import all_prefixes, megatron_plan
+    from ..megatron.plan import all_prefixes, megatron_plan
     from ..megatron.splits import build_split, split_samples
 
     settings = settings_from_megatron_args(args.megatron_args)

@@ -39,7 +39,7 @@ import pyarrow as pa
 
 from .. import provenance, sampling
 from .._io import file_identity, is_remote
-from ..card_checksums import verify_against_card
+from .card_checksums import verify_against_card
 from ..dtypes import cast_tokens, integer_dtype
 from ..errors import MissingPartnerError, ParameterError
 from ..format import check_partners, split_prefix

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from .. import provenance
 from .._io import is_remote
 from ..format import IndexedFile, split_prefix
-from ..pair_downloads import download_pairs
 from ..source import Concatenated
 from .common import GPTConfig, GPTSamplesBuilder, Plan, opened_samples, pair_data_files, ranged
+from .pair_downloads import download_pairs
 
 
 @dataclass

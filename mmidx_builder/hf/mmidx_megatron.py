@@ -1,7 +1,7 @@
 """The ``mmidx_megatron`` builder: Megatron's data arguments (a blend, a split string, per-split
 blends, sizes, or a whole Megatron command line) in one ``load_dataset`` call, giving the
 ``train`` / ``validation`` / ``test`` streams megatron-core's BlendedMegatronDatasetBuilder
-gives, sample for sample (megatron/blend.py says how).
+gives, sample for sample (megatron/plan.py says how).
 
 Prefixes are Megatron's (``PATH/name_text_document`` without ``.bin``/``.idx``); relative ones
 are resolved against the folder or Hub repo ``load_dataset`` was given, so a card's
@@ -22,15 +22,15 @@ import pyarrow as pa
 
 from .. import provenance
 from .._io import is_remote
-from ..card_checksums import verify_against_card
+from .card_checksums import verify_against_card
 from ..dtypes import common_token_dtype
 from ..errors import ParameterError
 from ..format import IndexedFile, split_prefix
 from ..megatron.args import settings_from_megatron_args
-from ..megatron.blend import DEFAULT_SURPLUS, all_prefixes, megatron_plan
+from ..megatron.plan import DEFAULT_SURPLUS, all_prefixes, megatron_plan
 from ..megatron.splits import build_split, check_seq_length, split_samples
 from ..megatron.versions import check_version
-from ..pair_downloads import download_pairs
+from .pair_downloads import download_pairs
 from ..source import Concatenated
 from .common import (GPTConfig, GPTSamplesBuilder, OpenedSplit, Plan, check_integer, fixed_size_lists, opened_split,
                      ranged, sample_features, structure_columns)

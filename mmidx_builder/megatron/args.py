@@ -58,9 +58,6 @@ distributed-backend distributed-timeout-minutes num-workers data-cache-path mmap
 num-dataset-builder-threads use-mcore-models exit-interval exit-duration-in-mins legacy-tokenizer
 dataloader-type use-checkpoint-args finetune ckpt-format
 """.split())
-COLLATOR_FLAGS = {"reset_position_ids": "reset_position_ids", "reset_attention_mask": "reset_attention_mask",
-                  "eod_mask_loss": "eod_mask_loss", "create_attention_mask": "create_attention_mask",
-                  "inter_document_masking": "inter_document_masking"}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -108,7 +105,7 @@ def _read_text(path: str, what: str, opener=None) -> str:
 def _file_blend(tokens, path: str, what: str) -> list[str]:
     """``tokens`` read from an argument file, checked as a blend now: a later error about them
     would quote them, and the file may be anything on the machine."""
-    from .blend import parse_data_path
+    from .plan import parse_data_path
 
     try:
         parse_data_path(tokens, what)

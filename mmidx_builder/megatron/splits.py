@@ -1,4 +1,4 @@
-"""A planned Megatron split (blend.py) built over opened files: every mid-level dataset's GPT
+"""A planned Megatron split (plan.py) built over opened files: every mid-level dataset's GPT
 indices, the blending indices, and the tokens of any training positions.
 
     build_split(plan, sources, ...)   -> BuiltSplit   (the indices, cached like the others)
@@ -22,8 +22,8 @@ from .. import sampling
 from ..dtypes import cast_tokens, common_token_dtype
 from ..errors import ParameterError
 from ..source import SequenceRange, TokenSource
-from .blend import SplitPlan, normalize, per_dataset_size, sequence_range
-from .blending import BlendingIndices, load_or_build_blending_indices
+from .plan import SplitPlan, normalize, per_dataset_size, sequence_range
+from .blending_indices import BlendingIndices, load_or_build_blending_indices
 
 
 @dataclass(frozen=True, eq=False)

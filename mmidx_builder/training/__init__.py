@@ -9,6 +9,8 @@
                            num_workers, with elastic state_dict/load_state_dict (rank_stream.py)
     arrow_rows             a prepared Dataset whose DataLoader batches are Arrow tables, the
                            collator's cheapest input (prepared.py)
+    numpy_batches          any dataset or stream -> batches as numpy in the stored dtype, for a
+                           loop of one's own (as_numpy.py; no torch)
 
 torch is imported only when one of these is used (``pip install 'mmidx-builder[torch]'``),
 so ``import mmidx_builder`` works without it.
@@ -16,7 +18,8 @@ so ``import mmidx_builder`` works without it.
 
 from __future__ import annotations
 
-__all__ = ["ArrowRows", "FairseqCollater", "MegatronCollator", "MegatronRankStream", "arrow_rows", "megatron_rank_stream"]
+__all__ = ["ArrowRows", "FairseqCollater", "MegatronCollator", "MegatronRankStream", "arrow_rows", "megatron_rank_stream",
+           "numpy_batches"]
 
 
 def __getattr__(name: str):
@@ -32,6 +35,10 @@ def __getattr__(name: str):
         from . import rank_stream
 
         return getattr(rank_stream, name)
+    if name == "numpy_batches":
+        from .as_numpy import numpy_batches
+
+        return numpy_batches
     if name in ("ArrowRows", "arrow_rows"):
         from . import prepared
 

@@ -27,7 +27,7 @@ import dataclasses
 import json
 import os
 
-from .errors import ConvertError
+from ..errors import ConvertError
 from .tokenizer_config import TokenizerConfig, read_tokenizer_config
 
 TOKENIZER_FILE = "tokenizer.json"

@@ -24,7 +24,7 @@ import dataclasses
 import json
 import os
 
-from .errors import ConvertError
+from ..errors import ConvertError
 
 # transformers' SPECIAL_TOKENS_ATTRIBUTES order, which is the order missing tokens get ids in.
 SPECIAL_TOKEN_KEYS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")

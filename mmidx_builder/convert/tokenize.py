@@ -24,11 +24,12 @@ from typing import Sequence
 
 import numpy as np
 
-from .dtypes import megatron_writer_dtype as output_dtype  # noqa: F401  (the dtype convert writes)
 from . import autotokenizer, megatron_tokenizers
-from .errors import ConvertError
+from ..errors import ConvertError
 from .tokenizer_config import TokenizerConfig, read_tokenizer_config
 
+# Where an end-of-document id given by the caller came from, in the summary.
+GIVEN_EOD = "the eod_id given"
 # Special tokens that mean "end of document", in the order they are looked for.
 EOD_TOKENS = ("<|endoftext|>", "</s>", "<eos>", "<|end_of_text|>", "<|eos|>", "[EOS]")
 
@@ -87,14 +88,14 @@ class PretokenizedTokenizer(Tokenizer):
 
     def __init__(self, vocab_size: int | None, eod_id: int | None = None):
         if vocab_size is None or vocab_size < 1:
-            raise ConvertError("--tokenizer none needs --vocab-size (the output dtype follows from it, "
+            raise ConvertError("tokenizer='none' needs vocab_size= (the output dtype follows from it, "
                                f"as in Megatron), got {vocab_size}")
         self.name = "none"
         self.eod_id = eod_id
         self.vocab_size = vocab_size if eod_id is None else max(vocab_size, eod_id + 1)
 
     def encode_batch(self, texts):
-        raise ConvertError("--tokenizer none reads token-id lists; it cannot encode text")
+        raise ConvertError("tokenizer='none' reads token-id lists; it cannot encode text")
 
 
 def _import(module: str, extra: str):
@@ -130,7 +131,7 @@ class HFTokenizersTokenizer(_LoadedFromFile):
         if eod_id is None:
             eod_id, self.eod_source = self._find_eod()
         else:
-            self.eod_source = "--eod-id"
+            self.eod_source = GIVEN_EOD
         self.eod_id = eod_id
         if eod_id is not None:
             self.vocab_size = max(self.vocab_size, eod_id + 1)
@@ -201,7 +202,7 @@ class MegatronVocabTokenizer(_LoadedFromFile):
         self.name = f"{kind} ({', '.join(p for p in (vocab_file, merge_file, tokenizer_model) if p)})"
         self.vocab_size, own_eod = self._size, self._eod
         own_token = {"GPT2BPETokenizer": "<|endoftext|>", "TikTokenizer": "</s>"}.get(kind, "[EOS]")
-        self.eod_source = "--eod-id" if eod_id is not None else (own_token if own_eod is not None else "")
+        self.eod_source = GIVEN_EOD if eod_id is not None else (own_token if own_eod is not None else "")
         self.eod_id = own_eod if eod_id is None else eod_id
         if self.eod_id is not None:
             self.vocab_size = max(self.vocab_size, self.eod_id + 1)
@@ -239,7 +240,7 @@ class SentencePieceTokenizer(_LoadedFromFile):
         if add_special_tokens and self._processor.bos_id() < 0:
             raise ConvertError(f"{path}: add_special_tokens prepends the model's BOS, but this sentencepiece "
                                "model has none (bos_id -1)")
-        self.eod_source = "--eod-id" if eod_id is not None else ""
+        self.eod_source = GIVEN_EOD if eod_id is not None else ""
         if eod_id is None and self._processor.eos_id() >= 0:
             eod_id = self._processor.eos_id()
             self.eod_source = f"{self._processor.id_to_piece(eod_id)} (the model's eos_id)"
@@ -270,15 +271,15 @@ def load_tokenizer(spec: str, *, eod_id: int | None = None, vocab_size: int | No
         return spec
     if spec in megatron_tokenizers.NAMES:
         if add_special_tokens:
-            raise ConvertError(f"--add-special-tokens does not apply to --tokenizer {spec} (Megatron adds none)")
+            raise ConvertError(f"add_special_tokens=True does not apply to tokenizer={spec!r} (Megatron adds none)")
         return MegatronVocabTokenizer(spec, eod_id, vocab_size=vocab_size, **files)
-    given = [f"--{name.replace('_', '-')}" for name, value in files.items() if value is not None]
+    given = [f"{name}=" for name, value in files.items() if value is not None]
     if given:
-        raise ConvertError(f"{', '.join(given)} apply to --tokenizer {' / '.join(megatron_tokenizers.NAMES)}, "
-                           f"not to --tokenizer {spec}")
+        raise ConvertError(f"{', '.join(given)} apply to Megatron's tokenizers ({' / '.join(megatron_tokenizers.NAMES)}) "
+                           f"only, not to tokenizer={spec!r}")
     if add_special_tokens and spec in ("bytes", "none"):
-        raise ConvertError(f"--add-special-tokens applies to tokenizer.json and sentencepiece tokenizers, "
-                           f"not to --tokenizer {spec}")
+        raise ConvertError(f"add_special_tokens=True applies to tokenizer.json and sentencepiece tokenizers, "
+                           f"not to tokenizer={spec!r}")
     if spec == "bytes":
         return BytesTokenizer(eod_id)
     if spec == "none":
@@ -302,4 +303,4 @@ def load_tokenizer(spec: str, *, eod_id: int | None = None, vocab_size: int | No
 
 
 __all__ = ["EOD_TOKENS", "Tokenizer", "BytesTokenizer", "PretokenizedTokenizer", "HFTokenizersTokenizer",
-           "MegatronVocabTokenizer", "SentencePieceTokenizer", "load_tokenizer", "output_dtype"]
+           "MegatronVocabTokenizer", "SentencePieceTokenizer", "load_tokenizer"]

@@ -1,4 +1,4 @@
-"""mmidx_builder.megatron.blending against megatron-core's C++ helpers (build_blending_indices,
+"""mmidx_builder.megatron.blending_indices against megatron-core's C++ helpers (build_blending_indices,
 build_exhaustive_blending_indices), including the lane machinery forced into its corners
 (thousands of lanes, no warm-up so that chunks fail verification and are rerun), and the cache."""
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from mmidx_builder.errors import ParameterError
-from mmidx_builder.megatron import blending
+from mmidx_builder.megatron import blending_indices as blending
 
 
 def their_weighted(helpers, weights, size):

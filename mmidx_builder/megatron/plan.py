@@ -13,7 +13,7 @@ range, with how many samples, blended how. Read from megatron-core 0.19
     weights
     weights          each prefix's GPTDataset of the split is built for
                      ``ceil(ceil(size * w) * (1 + surplus))`` samples; the blend draws
-                     ``sum(ceil(size * w))`` samples by the largest-error rule (blending.py)
+                     ``sum(ceil(size * w))`` samples by the largest-error rule (blending_indices.py)
     no weights       each prefix's GPTDataset is one pass (no size); the blend is weighted by
                      their lengths: ``min(size, sum(lengths))`` draws, or every sample of every
                      dataset (the exhaustive blend) when the split has no size

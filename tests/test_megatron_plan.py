@@ -10,7 +10,7 @@ from conftest import MegatronTokenizer
 
 from mmidx_builder.errors import ParameterError
 from mmidx_builder.format import IndexedFile, write_documents
-from mmidx_builder.megatron import blend as mblend
+from mmidx_builder.megatron import plan as mplan
 from mmidx_builder.megatron.splits import build_split, split_samples
 
 SPLITS = ("train", "validation", "test")
@@ -102,7 +102,7 @@ def test_random_blends_and_splits_equal_megatron_core(oracle, tmp_path):
                            for name, (ps, ws) in zip(("train_data_path", "valid_data_path", "test_data_path"),
                                                      per_split)})
         try:
-            plans = mblend.megatron_plan(**kwargs)
+            plans = mplan.megatron_plan(**kwargs)
             built = {name: build_split(plan, files, seq_length=seq_length, seed=seed, add_extra_token=extra)
                      for name, plan in plans.items()}
         except ParameterError as error:
@@ -137,8 +137,8 @@ def test_split_strings_parse_and_cut_as_megatron_core(megatron):
                                                                           parse_and_normalize_split)
 
     for split in ["969,30,1", "98,2,0", "1", "0,1", "1,1,1", "0.5, 0.25, 0.25", "33,33,34", "7,0,3", "100, 0, 0"]:
-        assert mblend.parse_split(split) == parse_and_normalize_split(split)
-        assert mblend.split_matrix(mblend.parse_split(split)) == convert_split_vector_to_split_matrix(
+        assert mplan.parse_split(split) == parse_and_normalize_split(split)
+        assert mplan.split_matrix(mplan.parse_split(split)) == convert_split_vector_to_split_matrix(
             parse_and_normalize_split(split))
 
 
@@ -147,7 +147,7 @@ def test_data_path_parses_as_megatron_core(megatron):
 
     for tokens in (["A"], ["A", "B", "C"], ["0.3", "A", "0.7", "B"], ["30", "A", "70", "B", "1", "C"], ["1", "A"]):
         prefixes, weights = get_blend_from_list(tokens)
-        ours = mblend.parse_data_path(tokens)
+        ours = mplan.parse_data_path(tokens)
         assert list(ours.prefixes) == prefixes
         assert (ours.weights is None) == (weights is None)
         if weights is not None:
@@ -165,13 +165,13 @@ def test_data_path_parses_as_megatron_core(megatron):
 ])
 def test_bad_weights_and_prefixes_are_one_clear_error(value, message):
     with pytest.raises(ParameterError, match=message):
-        mblend.parse_data_path(value)
+        mplan.parse_data_path(value)
 
 
 def test_a_split_without_sequences_is_refused_at_once_not_a_hang(tmp_path):
     """300 sequences at 969,30,1 give the test split none: megatron-core loops forever there."""
     prefix = write_documents(tmp_path / "p_text_document", [[1, 2, 3]] * 300, dtype=np.uint16)
-    plans = mblend.megatron_plan(data_path=[prefix], split_ratios="969,30,1",
+    plans = mplan.megatron_plan(data_path=[prefix], split_ratios="969,30,1",
                                  num_samples={"train": 10, "validation": 5, "test": 1})
     with pytest.raises(ParameterError, match=r"split 'test' \(ratio 0.001\).*300 sequences.*no sequence"):
         build_split(plans["test"], {prefix: IndexedFile.open(prefix)}, seq_length=4, seed=1)
@@ -179,14 +179,14 @@ def test_a_split_without_sequences_is_refused_at_once_not_a_hang(tmp_path):
 
 def test_weights_without_a_size_are_refused_as_megatron_core_does():
     with pytest.raises(ParameterError, match="requires client-specified size"):
-        mblend.megatron_plan(data_path=["1", "A", "2", "B"], split_ratios="1", num_samples=None)
+        mplan.megatron_plan(data_path=["1", "A", "2", "B"], split_ratios="1", num_samples=None)
 
 
 def test_a_blend_of_uint16_and_int32_files_keeps_every_token_id(tmp_path):
     """Rows take a dtype that holds every file's ids (ids past 65535 in one file, uint16 in the other)."""
     small = write_documents(tmp_path / "small", [[1, 2, 3, 4, 5]] * 50, dtype=np.uint16)
     large = write_documents(tmp_path / "large", [[70_000, 70_001, 70_002]] * 50, dtype=np.int32)
-    plans = mblend.megatron_plan(data_path=["0.5", small, "0.5", large], split_ratios="1", num_samples={"train": 40})
+    plans = mplan.megatron_plan(data_path=["0.5", small, "0.5", large], split_ratios="1", num_samples={"train": 40})
     built = build_split(plans["train"], {p: IndexedFile.open(p) for p in (small, large)}, seq_length=4, seed=1)
     tokens, dataset_id, _ = split_samples(built, np.arange(40))
     assert tokens.dtype == np.int32 and set(dataset_id.tolist()) == {0, 1}

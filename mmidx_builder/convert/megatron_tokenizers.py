@@ -36,7 +36,7 @@ import base64
 import json
 import os
 
-from .errors import ConvertError
+from ..errors import ConvertError
 
 BERT_SPECIAL = ("[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]")
 GPT2_EOD = "<|endoftext|>"
@@ -68,20 +68,20 @@ def _read(path: str, option: str) -> str:
         with open(path, encoding="utf-8") as f:
             return f.read()
     except (OSError, UnicodeDecodeError) as error:
-        raise ConvertError(f"{path} ({option}): cannot read as UTF-8 text: {error}") from None
+        raise ConvertError(f"{path}, given as {option}: cannot read as UTF-8 text: {error}") from None
 
 
 def gpt2_bpe(vocab_file: str, merge_file: str):
     """(tokenizers.Tokenizer, vocabulary size, EOD id or None) for GPT2BPETokenizer."""
     tokenizers = _tokenizers()
     try:
-        vocab = json.loads(_read(vocab_file, "--vocab-file (vocab.json)"))
+        vocab = json.loads(_read(vocab_file, "vocab_file= (vocab.json)"))
     except ValueError as error:
         raise ConvertError(f"{vocab_file}: expected GPT-2's vocab.json (a JSON object of token -> id): {error}") from None
     if not isinstance(vocab, dict) or not all(isinstance(i, int) for i in vocab.values()):
         raise ConvertError(f"{vocab_file}: expected a JSON object of token -> id, found {type(vocab).__name__}")
     # gpt2_tokenization: bpe_data = f.read().split('\n')[1:-1]; merges are whitespace-split pairs.
-    pairs = [tuple(line.split()) for line in _read(merge_file, "--merge-file (merges.txt)").split("\n")[1:-1]]
+    pairs = [tuple(line.split()) for line in _read(merge_file, "merge_file= (merges.txt)").split("\n")[1:-1]]
     try:
         # A pair outside the vocabulary can never give a token Megatron finds (it maps such a
         # piece to id 0); one whose merge is missing is dropped for the same reason.
@@ -105,7 +105,7 @@ def bert_wordpiece(vocab_file: str, lower_case: bool):
     tokenizers = _tokenizers()
     vocab: dict = {}
     # bert_tokenization.load_vocab: one token a line, stripped; a later duplicate takes the id.
-    for index, line in enumerate(_read(vocab_file, "--vocab-file (vocab.txt)").splitlines()):
+    for index, line in enumerate(_read(vocab_file, "vocab_file= (vocab.txt)").splitlines()):
         vocab[line.strip()] = index
     missing = [token for token in BERT_SPECIAL if token not in vocab]
     if missing:
@@ -129,26 +129,26 @@ def tiktoken_encoding(path: str, *, vocab_size: int | None = None, num_special_t
     try:
         import tiktoken
     except ImportError as error:
-        raise ConvertError(f"--tokenizer TikTokenizer needs the 'tiktoken' package ({error}); "
+        raise ConvertError(f"tokenizer='TikTokenizer' needs the 'tiktoken' package ({error}); "
                            "pip install 'mmidx-builder[tiktoken]'") from None
     vocab_size = TIKTOKEN_DEFAULTS["vocab_size"] if vocab_size is None else vocab_size
     num_special_tokens = TIKTOKEN_DEFAULTS["num_special_tokens"] if num_special_tokens is None else num_special_tokens
     pattern = TIKTOKEN_DEFAULTS["pattern"] if pattern is None else pattern
     if pattern not in TIKTOKEN_PATTERNS:
-        raise ConvertError(f"--tiktoken-pattern must be v1 or v2, got {pattern!r}")
+        raise ConvertError(f"tiktoken_pattern= must be v1 or v2, got {pattern!r}")
     if not len(TIKTOKEN_SPECIAL) <= num_special_tokens < vocab_size:
-        raise ConvertError(f"TikTokenizer needs {len(TIKTOKEN_SPECIAL)} <= --tiktoken-num-special-tokens "
-                           f"({num_special_tokens}) < --vocab-size ({vocab_size})")
+        raise ConvertError(f"TikTokenizer needs {len(TIKTOKEN_SPECIAL)} <= tiktoken_num_special_tokens= "
+                           f"({num_special_tokens}) < vocab_size= ({vocab_size})")
     inner = vocab_size - num_special_tokens
     try:
-        entries = json.loads(_read(path, "--tokenizer-model (a tiktoken vocab .json)"))
+        entries = json.loads(_read(path, "tokenizer_model= (a tiktoken vocab .json)"))
     except ValueError as error:
         raise ConvertError(f"{path}: expected a tiktoken vocabulary (a JSON list), cannot parse: {error}") from None
     if not path.endswith(".json") or not isinstance(entries, list):
         raise ConvertError(f"{path}: expected a .json list of {{rank, token_bytes, token_str}} (Megatron's "
                            "tiktoken format)")
     if len(entries) < inner:
-        raise ConvertError(f"{path}: holds {len(entries)} ranks, but --vocab-size {vocab_size} minus "
+        raise ConvertError(f"{path}: holds {len(entries)} ranks, but vocab_size={vocab_size} minus "
                            f"{num_special_tokens} special tokens needs {inner} (Megatron asserts every id is used)")
     ranks = {}
     for i, entry in enumerate(entries[:inner]):

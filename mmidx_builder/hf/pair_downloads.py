@@ -16,7 +16,7 @@ URLs untouched; there ``IndexedFile.open`` finds a missing partner itself.
 
 from __future__ import annotations
 
-from .errors import MissingPartnerError
+from ..errors import MissingPartnerError
 
 NOT_PAIRS_HINT = ("a .bin/.idx pair needs both files; if the .bin files here are not token files "
                   "(model weights are often named .bin), this is not a dataset of .bin/.idx pairs")

@@ -312,7 +312,7 @@ def build_blending_indices(weights, size: int) -> BlendingIndices:
     size, False)``: ``size`` draws by the largest-error rule.
 
     ``weights`` are used as given (float64), as the C++ does: pass what BlendedDataset passes,
-    i.e. ``normalize(weights)`` of the weights it was given (see ``blend.py``).
+    i.e. ``normalize(weights)`` of the weights it was given (see ``plan.py``).
     """
     return _greedy(_as_weights(weights), _as_size(size), None)
 

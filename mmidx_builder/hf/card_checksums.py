@@ -17,8 +17,8 @@ import logging
 import os
 import re
 
-from ._io import is_remote
-from .errors import FormatError
+from .._io import is_remote
+from ..errors import FormatError
 
 logger = logging.getLogger(__name__)
 

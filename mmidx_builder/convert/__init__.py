@@ -1,0 +1,43 @@
+"""Text or token lists -> ``.bin``/``.idx``: Megatron's ``tools/preprocess_data.py``, as a library.
+
+The path of one document, and the module of each step:
+
+    input file ──reader (this process)──> Batch of raw lines / rows, in input order
+        ──worker process──> parse, check, tokenizer.encode_batch, + EOD
+        ──this process, in submission order──> IndexedFileWriter per JSON key
+
+    inputs.py      the inputs planned (each one's format told from its name by the reader
+                   table), sizes laid end to end, this shard's part read in input order
+    readers/       one module per input format, chosen by ``readers.READERS`` (format -> reader):
+                   json_lines.py, text.py, parquet.py, hf.py; base.py the Batch and line reading
+    records.py     what makes a record good (keys, types, max_document_chars)
+    encode.py      one batch -> token arrays: what a worker does (sentences.py splits sentences)
+    workers.py     the pool: batches encoded in processes, results back in submission order
+    outputs.py     Megatron's output names; each result written in order and counted
+    summary.py     ConvertSummary, what a run did (and the table the CLI prints)
+    progress.py    the progress bar
+    run.py         convert(): checks, tokenizer, locked outputs, the loop
+    merge_pairs.py merge(): pairs joined in order (Megatron's merge_datasets)
+    tokenize.py    the tokenizer adapters (tokenizer_config.py, autotokenizer.py and
+                   megatron_tokenizers.py read what each kind needs)
+
+Outputs are named as preprocess_data names them, ``{prefix}_{key}_document.bin/.idx``, and
+hold what it writes: uint16 ids below 65,500 vocabulary entries else int32 (Megatron's
+``DType.optimal_dtype``), EOD appended to every non-empty document, and a document that
+tokenizes to nothing stored as a document of zero sequences. With ``split_sentences``
+(:mod:`.sentences`) every non-empty sentence is one sequence of its document, the EOD
+closes the last one, and the names end in ``_sentence``.
+
+Messages name keyword arguments (``workers=``); the ``mmidx`` command reports them as its flags.
+"""
+
+from __future__ import annotations
+
+from .inputs import Input, plan_inputs
+from .merge_pairs import merge
+from .outputs import output_prefix_for
+from .records import MAX_DOCUMENT_CHARS
+from .run import convert
+from .summary import ConvertSummary
+
+__all__ = ["ConvertSummary", "Input", "MAX_DOCUMENT_CHARS", "convert", "merge", "output_prefix_for", "plan_inputs"]
