@@ -29,6 +29,7 @@ settings, the timeout and retries; it is small, hashable and picklable, and call
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import hashlib
 import json
@@ -220,7 +221,9 @@ class RemoteAccess:
             by_fs.setdefault(id(fs), (fs, []))[1].append(k)
         for fs, ks in by_fs.values():
             chunk = [parts[k] for k in ks]
-            got = _fetch_async(self, fs, chunk) if getattr(fs, "async_impl", False) else _fetch_threads(self, fs, chunk)
+            dropped = getattr(_DROPPED, "event", None)
+            got = (_fetch_async(self, fs, chunk, dropped) if getattr(fs, "async_impl", False)
+                   else _fetch_threads(self, fs, chunk, dropped))
             for k, data in zip(ks, got):
                 results[k] = data
         if len(parts) == len(objects):
@@ -274,6 +277,7 @@ class RemoteAccess:
 
 _LOCK = threading.Lock()
 _ROUTES: dict = {}  # (pid, access, hf:// URL) -> RemoteAccess._http_route
+_DROPPED = threading.local()  # .event: set when the read this thread makes is no longer wanted (dropped_when)
 # Set when the interpreter exits: requests not yet sent are not sent. Background read-ahead
 # threads are joined at exit (concurrent.futures), and without this a script that stops
 # after a few samples would wait for up to read_ahead_bytes of fetches it will never use.
@@ -426,9 +430,25 @@ def _classify(error) -> str:
     return "fatal"
 
 
-def _check_not_exiting(obj: RemoteObject, start: int, stop: int) -> None:
+def _check_wanted(obj: RemoteObject, start: int, stop: int, dropped: threading.Event | None) -> None:
+    """Before each request: not once the interpreter exits or the caller's read was dropped."""
     if _EXITING.is_set():
         raise RemoteReadError(obj.url, start, stop, "not fetched: the interpreter is exiting")
+    if dropped is not None and dropped.is_set():
+        raise RemoteReadError(obj.url, start, stop, "not fetched: the read ahead was dropped (the stream moved on)")
+
+
+@contextlib.contextmanager
+def dropped_when(event: threading.Event):
+    """Fetches this thread starts inside the block send no more requests once ``event`` is set
+    (a read-ahead gather the stream no longer needs stops within a round trip, instead of
+    fetching its tens of thousands of ranges ahead of what the stream asks for now)."""
+    previous = getattr(_DROPPED, "event", None)
+    _DROPPED.event = event
+    try:
+        yield
+    finally:
+        _DROPPED.event = previous
 
 
 class _ShortBody(Exception):
@@ -499,14 +519,14 @@ async def _get_async(fs, obj: RemoteObject, start: int, stop: int, route=None) -
     return await fs._cat_file(path, start=start, end=stop)
 
 
-def _fetch_async(access: RemoteAccess, fs, parts) -> list[bytes]:
+def _fetch_async(access: RemoteAccess, fs, parts, dropped: threading.Event | None = None) -> list[bytes]:
     from fsspec.asyn import sync
 
     async def one(semaphore, obj, start, stop, route):
         for attempt in range(access.retries + 1):
             try:
                 async with semaphore:
-                    _check_not_exiting(obj, start, stop)
+                    _check_wanted(obj, start, stop, dropped)
                     data = await asyncio.wait_for(_get_async(fs, obj, start, stop, route), access.timeout)
                 return _check_length(obj, start, stop, data)
             except RemoteReadError:
@@ -563,11 +583,11 @@ def _get_sync(fs, obj: RemoteObject, start: int, stop: int) -> bytes:
     return fs.cat_file(path, start=start, end=stop)
 
 
-def _fetch_threads(access: RemoteAccess, fs, parts) -> list[bytes]:
+def _fetch_threads(access: RemoteAccess, fs, parts, dropped: threading.Event | None = None) -> list[bytes]:
     def one(obj, start, stop, route=None):
         for attempt in range(access.retries + 1):
             try:
-                _check_not_exiting(obj, start, stop)
+                _check_wanted(obj, start, stop, dropped)
                 return _check_length(obj, start, stop, _get_sync(fs, obj, start, stop))
             except RemoteReadError:
                 raise
@@ -867,5 +887,5 @@ def remote_access_for(opener, path: str) -> RemoteAccess | None:
     return None
 
 
-__all__ = ["MERGE_BUDGET", "BlockCache", "RemoteAccess", "RemoteBinReader", "RemoteObject", "plan_runs", "read_ranges",
-           "remote_access_for"]
+__all__ = ["MERGE_BUDGET", "BlockCache", "RemoteAccess", "RemoteBinReader", "RemoteObject", "dropped_when", "plan_runs",
+           "read_ranges", "remote_access_for"]

@@ -159,9 +159,15 @@ def test_leaving_a_remote_stream_drops_the_tables_it_would_have_read_next():
     release = threading.Event()
     started = []
 
+    import mmidx_builder.remote as remote
+
+    dropped_while_made = []
+
     def make(rows):
         if rows[0] >= 20:  # the first two tables go through; the gathers after them wait
             release.wait(10)
+            # What a remote fetch in this thread checks before each request (remote.dropped_when).
+            dropped_while_made.append(remote._DROPPED.event.is_set())
         started.append(len(rows))
         return pa.table({"row": pa.array(np.asarray(rows, np.int64))})
 
@@ -178,3 +184,5 @@ def test_leaving_a_remote_stream_drops_the_tables_it_would_have_read_next():
     release.set()
     read_ahead._pool.shutdown(wait=True)
     assert len(started) <= before + 2, (before, len(started))  # at most the two gathers under way
+    # ... and those were told: their remote fetches send no further request.
+    assert dropped_while_made and all(dropped_while_made)

@@ -203,22 +203,26 @@ def test_a_server_that_keeps_failing_gives_an_error_naming_the_range(served):
         assert server.requests["corpus.bin"] == 3  # bounded: retries + 1
 
 
-def test_at_interpreter_exit_requests_not_yet_sent_are_not_sent(served, monkeypatch):
+@pytest.mark.parametrize("why", ["exiting", "dropped"])
+def test_requests_not_yet_sent_are_not_sent_at_exit_or_once_dropped(served, monkeypatch, why):
+    import contextlib
     import threading
 
     import mmidx_builder.remote as remote
 
     folder, _ = served
-    with RangeServer(folder) as server:
+    event = threading.Event()
+    if why == "exiting":
+        monkeypatch.setattr(remote, "_EXITING", event)
+    within = remote.dropped_when(event) if why == "dropped" else contextlib.nullcontext()
+    with RangeServer(folder) as server, within:
         access = fast()
         obj = access.stat(server.url + "/corpus.bin")
-        exiting = threading.Event()
-        monkeypatch.setattr(remote, "_EXITING", exiting)
         assert access.fetch([obj, obj], [0, 10], [5, 20]) == [(folder / "corpus.bin").read_bytes()[a:b]
                                                              for a, b in ((0, 5), (10, 20))]
         sent = sum(server.requests.values())
-        exiting.set()
-        with pytest.raises(RemoteReadError, match="exiting"):
+        event.set()
+        with pytest.raises(RemoteReadError, match=why):
             access.fetch([obj] * 50, list(range(0, 500, 10)), list(range(5, 505, 10)))
         assert sum(server.requests.values()) == sent
 

@@ -34,6 +34,8 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
+from ..remote import dropped_when
+
 
 class ShardReadAhead:
     """Tables of rows ``make(rows)``, gathered several shards at a time when calls walk
@@ -305,7 +307,9 @@ class ReadAhead:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="mmidx-read-ahead")
             rows = fresh[0][1] if len(fresh) == 1 else np.concatenate([rows for _, rows in fresh])
-            future = self._pool.submit(self._make, rows)
+            dropped = threading.Event()
+            future = self._pool.submit(self._make_unless_dropped, rows, dropped)
+            future.dropped = dropped
             offset = 0
             for key, part in fresh:
                 self._pending[key] = (future, len(part) * self._row_bytes, offset, len(part))
@@ -318,6 +322,10 @@ class ReadAhead:
         """Rows one background gather may hold: ``gather_bytes`` of the rows seen so far, at
         least a table."""
         return max(self._rows_per_table, self._gather_bytes // max(1, self._row_bytes))
+
+    def _make_unless_dropped(self, rows: np.ndarray, dropped: threading.Event):
+        with dropped_when(dropped):  # a dropped gather stops fetching (remote.dropped_when)
+            return self._make(rows)
 
     def _allowance(self) -> int:
         """The bytes the read-ahead may hold now (see READ_AHEAD_START_BYTES)."""
@@ -363,8 +371,10 @@ class ReadAhead:
         shared = any(entry[0] is future for entry in self._pending.values())  # a table cut for several
         if not shared and future.cancel():
             self._held -= nbytes
-        else:
-            future.add_done_callback(lambda _: self._release(nbytes))
+            return
+        if not shared:
+            future.dropped.set()
+        future.add_done_callback(lambda _: self._release(nbytes))
 
     def _release(self, nbytes: int) -> None:
         with self._lock:
