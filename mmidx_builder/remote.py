@@ -32,6 +32,8 @@ import asyncio
 import contextlib
 import functools
 import hashlib
+import heapq
+import itertools
 import json
 import logging
 import mmap
@@ -221,8 +223,8 @@ class RemoteAccess:
             by_fs.setdefault(id(fs), (fs, []))[1].append(k)
         for fs, ks in by_fs.values():
             chunk = [parts[k] for k in ks]
-            dropped = getattr(_DROPPED, "event", None)
-            got = (_fetch_async(self, fs, chunk, dropped) if getattr(fs, "async_impl", False)
+            dropped, priority = getattr(_BACKGROUND, "fetches", None) or (None, 0)
+            got = (_fetch_async(self, fs, chunk, dropped, priority) if getattr(fs, "async_impl", False)
                    else _fetch_threads(self, fs, chunk, dropped))
             for k, data in zip(ks, got):
                 results[k] = data
@@ -277,7 +279,7 @@ class RemoteAccess:
 
 _LOCK = threading.Lock()
 _ROUTES: dict = {}  # (pid, access, hf:// URL) -> RemoteAccess._http_route
-_DROPPED = threading.local()  # .event: set when the read this thread makes is no longer wanted (dropped_when)
+_BACKGROUND = threading.local()  # .fetches: (dropped event, priority) of the fetches this thread makes (background_fetches)
 # Set when the interpreter exits: requests not yet sent are not sent. Background read-ahead
 # threads are joined at exit (concurrent.futures), and without this a script that stops
 # after a few samples would wait for up to read_ahead_bytes of fetches it will never use.
@@ -439,16 +441,18 @@ def _check_wanted(obj: RemoteObject, start: int, stop: int, dropped: threading.E
 
 
 @contextlib.contextmanager
-def dropped_when(event: threading.Event):
-    """Fetches this thread starts inside the block send no more requests once ``event`` is set
-    (a read-ahead gather the stream no longer needs stops within a round trip, instead of
-    fetching its tens of thousands of ranges ahead of what the stream asks for now)."""
-    previous = getattr(_DROPPED, "event", None)
-    _DROPPED.event = event
+def background_fetches(dropped: threading.Event, priority: int):
+    """Fetches this thread starts inside the block are read ahead of need: their requests wait
+    behind those of reads made now (priority 0) and of read-aheads of a lower ``priority``
+    (the stream reaches those first), and none is sent once ``dropped`` is set (a gather the
+    stream no longer needs stops within a round trip instead of fetching its tens of
+    thousands of ranges)."""
+    previous = getattr(_BACKGROUND, "fetches", None)
+    _BACKGROUND.fetches = (dropped, priority)
     try:
         yield
     finally:
-        _DROPPED.event = previous
+        _BACKGROUND.fetches = previous
 
 
 class _ShortBody(Exception):
@@ -519,15 +523,51 @@ async def _get_async(fs, obj: RemoteObject, start: int, stop: int, route=None) -
     return await fs._cat_file(path, start=start, end=stop)
 
 
-def _fetch_async(access: RemoteAccess, fs, parts, dropped: threading.Event | None = None) -> list[bytes]:
+class _Admission:
+    """At most ``limit`` requests in flight on one event loop; waiting ones are let in lowest
+    priority first, then in arrival order (an asyncio.Semaphore lets them in by arrival only,
+    and the table a stream waits for would queue behind every gather read ahead)."""
+
+    def __init__(self, limit: int):
+        self.free = limit
+        self.waiting = []  # heap of (priority, arrival, future)
+        self.arrivals = itertools.count()
+
+    async def acquire(self, priority: int) -> None:
+        if self.free > 0 and not self.waiting:
+            self.free -= 1
+            return
+        future = asyncio.get_running_loop().create_future()
+        heapq.heappush(self.waiting, (priority, next(self.arrivals), future))
+        try:
+            await future
+        except asyncio.CancelledError:
+            if future.done() and not future.cancelled():  # let in, then cancelled: pass the slot on
+                self.release()
+            raise
+
+    def release(self) -> None:
+        while self.waiting:
+            future = heapq.heappop(self.waiting)[2]
+            if not future.done():
+                future.set_result(None)
+                return
+        self.free += 1
+
+
+def _fetch_async(access: RemoteAccess, fs, parts, dropped: threading.Event | None = None,
+                 priority: int = 0) -> list[bytes]:
     from fsspec.asyn import sync
 
-    async def one(semaphore, obj, start, stop, route):
+    async def one(admission, obj, start, stop, route):
         for attempt in range(access.retries + 1):
             try:
-                async with semaphore:
+                await admission.acquire(priority)
+                try:
                     _check_wanted(obj, start, stop, dropped)
                     data = await asyncio.wait_for(_get_async(fs, obj, start, stop, route), access.timeout)
+                finally:
+                    admission.release()
                 return _check_length(obj, start, stop, data)
             except RemoteReadError:
                 raise
@@ -541,10 +581,10 @@ def _fetch_async(access: RemoteAccess, fs, parts, dropped: threading.Event | Non
         # One bound for every gather on this event loop (the read-ahead makes several gathers at
         # once): requests in flight, and the memory each holds in the client, stay bounded.
         loop = asyncio.get_running_loop()
-        semaphore = _SEMAPHORES.get(loop)
-        if semaphore is None:
-            semaphore = _SEMAPHORES[loop] = asyncio.Semaphore(REQUESTS_IN_FLIGHT)
-        results = await asyncio.gather(*(one(semaphore, *p) for p in parts), return_exceptions=True)
+        admission = _ADMISSIONS.get(loop)
+        if admission is None:
+            admission = _ADMISSIONS[loop] = _Admission(REQUESTS_IN_FLIGHT)
+        results = await asyncio.gather(*(one(admission, *p) for p in parts), return_exceptions=True)
         for r in results:
             if isinstance(r, BaseException):
                 raise r
@@ -553,7 +593,7 @@ def _fetch_async(access: RemoteAccess, fs, parts, dropped: threading.Event | Non
     return sync(fs.loop, everything)
 
 
-_SEMAPHORES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # event loop -> its requests in flight
+_ADMISSIONS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # event loop -> its requests in flight
 _POOL: tuple[int, ThreadPoolExecutor] | None = None
 _SYNC_FILES: OrderedDict = OrderedDict()
 
@@ -887,5 +927,5 @@ def remote_access_for(opener, path: str) -> RemoteAccess | None:
     return None
 
 
-__all__ = ["MERGE_BUDGET", "BlockCache", "RemoteAccess", "RemoteBinReader", "RemoteObject", "dropped_when", "plan_runs",
-           "read_ranges", "remote_access_for"]
+__all__ = ["MERGE_BUDGET", "BlockCache", "RemoteAccess", "RemoteBinReader", "RemoteObject", "background_fetches",
+           "plan_runs", "read_ranges", "remote_access_for"]

@@ -166,8 +166,8 @@ def test_leaving_a_remote_stream_drops_the_tables_it_would_have_read_next():
     def make(rows):
         if rows[0] >= 20:  # the first two tables go through; the gathers after them wait
             release.wait(10)
-            # What a remote fetch in this thread checks before each request (remote.dropped_when).
-            dropped_while_made.append(remote._DROPPED.event.is_set())
+            # What a remote fetch in this thread checks before each request (remote.background_fetches).
+            dropped_while_made.append(remote._BACKGROUND.fetches[0].is_set())
         started.append(len(rows))
         return pa.table({"row": pa.array(np.asarray(rows, np.int64))})
 

@@ -203,6 +203,37 @@ def test_a_server_that_keeps_failing_gives_an_error_naming_the_range(served):
         assert server.requests["corpus.bin"] == 3  # bounded: retries + 1
 
 
+def test_requests_waiting_for_a_slot_go_out_by_priority_then_arrival():
+    """The table a stream waits for (priority 0) and the nearest gathers read ahead go first;
+    an asyncio.Semaphore would let every waiting request in by arrival."""
+    import asyncio
+
+    from mmidx_builder.remote import _Admission
+
+    async def run():
+        admission, admitted = _Admission(1), []
+        await admission.acquire(0)  # the one slot is taken
+
+        async def request(name, priority):
+            await admission.acquire(priority)
+            admitted.append(name)
+            await asyncio.sleep(0)
+            admission.release()
+
+        waiters = [asyncio.ensure_future(request(name, priority))
+                   for name, priority in (("gather 5", 5), ("gather 1", 1), ("gather 1 again", 1), ("now", 0),
+                                          ("cancelled", 0), ("gather 3", 3))]
+        await asyncio.sleep(0)
+        waiters[4].cancel()
+        admission.release()
+        await asyncio.gather(*waiters, return_exceptions=True)
+        return admitted, admission.free
+
+    admitted, free = asyncio.run(run())
+    assert admitted == ["now", "gather 1", "gather 1 again", "gather 3", "gather 5"]
+    assert free == 1
+
+
 @pytest.mark.parametrize("why", ["exiting", "dropped"])
 def test_requests_not_yet_sent_are_not_sent_at_exit_or_once_dropped(served, monkeypatch, why):
     import contextlib
@@ -214,7 +245,7 @@ def test_requests_not_yet_sent_are_not_sent_at_exit_or_once_dropped(served, monk
     event = threading.Event()
     if why == "exiting":
         monkeypatch.setattr(remote, "_EXITING", event)
-    within = remote.dropped_when(event) if why == "dropped" else contextlib.nullcontext()
+    within = remote.background_fetches(event, priority=1) if why == "dropped" else contextlib.nullcontext()
     with RangeServer(folder) as server, within:
         access = fast()
         obj = access.stat(server.url + "/corpus.bin")

@@ -25,6 +25,7 @@ exactly the rows asked for, in order; a prediction that the stream does not foll
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 from bisect import bisect_left
@@ -34,7 +35,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from ..remote import dropped_when
+from ..remote import background_fetches
 
 
 class ShardReadAhead:
@@ -92,6 +93,8 @@ class ShardReadAhead:
             self._table = table
             return table.slice(0, offsets[1])
 
+
+_SUBMISSIONS = itertools.count(1)  # gathers in the order submitted: the order their requests go out
 
 # Tables made at once in the background: each is a gather whose pieces a remote reader fetches
 # concurrently, so a few tables in flight keep many requests in flight.
@@ -308,7 +311,7 @@ class ReadAhead:
                 self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="mmidx-read-ahead")
             rows = fresh[0][1] if len(fresh) == 1 else np.concatenate([rows for _, rows in fresh])
             dropped = threading.Event()
-            future = self._pool.submit(self._make_unless_dropped, rows, dropped)
+            future = self._pool.submit(self._make_unless_dropped, rows, dropped, next(_SUBMISSIONS))
             future.dropped = dropped
             offset = 0
             for key, part in fresh:
@@ -323,8 +326,9 @@ class ReadAhead:
         least a table."""
         return max(self._rows_per_table, self._gather_bytes // max(1, self._row_bytes))
 
-    def _make_unless_dropped(self, rows: np.ndarray, dropped: threading.Event):
-        with dropped_when(dropped):  # a dropped gather stops fetching (remote.dropped_when)
+    def _make_unless_dropped(self, rows: np.ndarray, dropped: threading.Event, priority: int):
+        # Behind the tables asked for now and the gathers submitted before; stops once dropped.
+        with background_fetches(dropped, priority):
             return self._make(rows)
 
     def _allowance(self) -> int:
