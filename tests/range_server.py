@@ -92,6 +92,8 @@ class _RangeHandler(SimpleHTTPRequestHandler):
         if body:
             with server.lock:
                 server.requests[name] = server.requests.get(name, 0) + 1
+                login = self.headers.get("Authorization")
+                server.logins[login] = server.logins.get(login, 0) + 1
         if _take(server.stall, name, server.lock):
             time.sleep(server.stall_seconds)
         if _take(server.drop, name, server.lock):
@@ -191,6 +193,7 @@ class RangeServer:
         httpd.unranged = {}          # bytes answering requests without Range
         httpd.whole_files_sent = {}  # responses without Range that were sent to the end
         httpd.requests = {}          # GETs by file name
+        httpd.logins = {}            # GETs by Authorization header (None: without one)
         httpd.statuses = {}          # statuses answered, by file name (0: dropped)
         httpd.in_flight = httpd.max_in_flight = 0  # requests being answered at once, and the most seen
         httpd.latency, httpd.bandwidth = latency, bandwidth

@@ -96,20 +96,23 @@ def test_remote_read_ahead_serves_exactly_the_rows_asked_for_within_its_bound(nu
     assert got == [c.tolist() for c in chunks]
 
 
-def test_remote_read_ahead_makes_one_table_for_several_small_shards():
-    """A walk over shards of a few rows: the shards ahead are made as tables of up to
-    rows_per_table rows (one gather each, whose pieces can merge into fewer requests)."""
+@pytest.mark.parametrize("gather_rows", [100, 300])
+def test_remote_read_ahead_makes_one_table_for_several_small_shards(gather_rows):
+    """A walk over shards of a few rows: the shards ahead are made as gathers of up to
+    ``gather_bytes`` (at least rows_per_table rows; one gather each, whose pieces can merge
+    into fewer requests), cut back into the tables asked for."""
     layout = shard_ranges(1000, 96)  # shards of 10 and 11 rows
     for stride, first in ((1, 0), (3, 2)):
         make = CountingMaker()
-        read_ahead = ReadAhead(make, layout, rows_per_table=100, limit_bytes=1 << 30, threads=2)
+        read_ahead = ReadAhead(make, layout, rows_per_table=100, limit_bytes=1 << 30, threads=2,
+                               gather_bytes=gather_rows * 8 if gather_rows > 100 else 0)  # a row: one int64
         order = list(range(first, len(layout), stride))
         for call in calls_of(layout, order, 100):
             got = [(key, table.column("row").to_numpy().tolist()) for key, table in read_ahead.tables(call)]
             assert got == [(key, rows.tolist()) for key, rows in call]
         rows = sum(layout[s][1] - layout[s][0] for s in order)
-        assert len(make.calls) <= 2 + -(-rows // 89)
-        assert all(len(r) <= 100 for r in make.calls)
+        assert len(make.calls) <= 2 + -(-rows // (gather_rows - 11))
+        assert all(len(r) <= gather_rows for r in make.calls)
 
 
 def test_joined_batches_keep_keys_counts_and_order():
@@ -146,3 +149,40 @@ def test_stream_and_cache_of_small_shards_equal_the_samples(small_shards, tmp_pa
     np.testing.assert_array_equal(prepared.with_format("numpy")[:]["input_ids"], expected)
     # datasets still counts every shard's own rows, though several shards share one gather.
     assert prepared.info.splits["train"].original_shard_lengths == [b - a for a, b in shard_ranges(len(expected), 960)]
+
+
+def test_leaving_a_remote_stream_drops_the_tables_it_would_have_read_next():
+    """A ``break`` or ``take`` ends a stream: the gathers queued for what it would read next are
+    not fetched (a script that stops after a few samples does not wait for them at exit)."""
+    import threading
+
+    release = threading.Event()
+    started = []
+
+    import mmidx_builder.remote as remote
+
+    dropped_while_made = []
+
+    def make(rows):
+        if rows[0] >= 20:  # the first two tables go through; the gathers after them wait
+            release.wait(10)
+            # What a remote fetch in this thread checks before each request (remote.background_fetches).
+            dropped_while_made.append(remote._BACKGROUND.fetches[0].is_set())
+        started.append(len(rows))
+        return pa.table({"row": pa.array(np.asarray(rows, np.int64))})
+
+    layout = shard_ranges(5000, 500)
+    read_ahead = ReadAhead(make, layout, rows_per_table=10, limit_bytes=1 << 30, threads=2, gather_bytes=0)
+    read_ahead._handed_out = 1 << 28  # as after a long stream: the bound allows many gathers ahead
+    tables = read_ahead.tables(batch for call in calls_of(layout, range(len(layout)), 10) for batch in call)
+    next(tables)  # made at once; it tells the read-ahead the bytes per row
+    next(tables)
+    queued = len(read_ahead._pending)
+    assert queued > 10
+    before = len(started)
+    tables.close()
+    release.set()
+    read_ahead._pool.shutdown(wait=True)
+    assert len(started) <= before + 2, (before, len(started))  # at most the two gathers under way
+    # ... and those were told: their remote fetches send no further request.
+    assert dropped_while_made and all(dropped_while_made)

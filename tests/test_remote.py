@@ -203,6 +203,61 @@ def test_a_server_that_keeps_failing_gives_an_error_naming_the_range(served):
         assert server.requests["corpus.bin"] == 3  # bounded: retries + 1
 
 
+def test_requests_waiting_for_a_slot_go_out_by_priority_then_arrival():
+    """The table a stream waits for (priority 0) and the nearest gathers read ahead go first;
+    an asyncio.Semaphore would let every waiting request in by arrival."""
+    import asyncio
+
+    from mmidx_builder.remote import _Admission
+
+    async def run():
+        admission, admitted = _Admission(1), []
+        await admission.acquire(0)  # the one slot is taken
+
+        async def request(name, priority):
+            await admission.acquire(priority)
+            admitted.append(name)
+            await asyncio.sleep(0)
+            admission.release()
+
+        waiters = [asyncio.ensure_future(request(name, priority))
+                   for name, priority in (("gather 5", 5), ("gather 1", 1), ("gather 1 again", 1), ("now", 0),
+                                          ("cancelled", 0), ("gather 3", 3))]
+        await asyncio.sleep(0)
+        waiters[4].cancel()
+        admission.release()
+        await asyncio.gather(*waiters, return_exceptions=True)
+        return admitted, admission.free
+
+    admitted, free = asyncio.run(run())
+    assert admitted == ["now", "gather 1", "gather 1 again", "gather 3", "gather 5"]
+    assert free == 1
+
+
+@pytest.mark.parametrize("why", ["exiting", "dropped"])
+def test_requests_not_yet_sent_are_not_sent_at_exit_or_once_dropped(served, monkeypatch, why):
+    import contextlib
+    import threading
+
+    import mmidx_builder.remote as remote
+
+    folder, _ = served
+    event = threading.Event()
+    if why == "exiting":
+        monkeypatch.setattr(remote, "_EXITING", event)
+    within = remote.background_fetches(event, priority=1) if why == "dropped" else contextlib.nullcontext()
+    with RangeServer(folder) as server, within:
+        access = fast()
+        obj = access.stat(server.url + "/corpus.bin")
+        assert access.fetch([obj, obj], [0, 10], [5, 20]) == [(folder / "corpus.bin").read_bytes()[a:b]
+                                                             for a, b in ((0, 5), (10, 20))]
+        sent = sum(server.requests.values())
+        event.set()
+        with pytest.raises(RemoteReadError, match=why):
+            access.fetch([obj] * 50, list(range(0, 500, 10)), list(range(5, 505, 10)))
+        assert sum(server.requests.values()) == sent
+
+
 def test_a_file_changed_mid_run_is_refused_not_read(served, tmp_path):
     folder, prefix = served
     for name in ("corpus.bin", "corpus.idx"):
@@ -281,6 +336,64 @@ def test_the_cache_is_keyed_by_content_so_a_changed_file_is_never_served_stale(s
     assert not np.array_equal(before, after)
 
 
+@settings(max_examples=60, deadline=None)
+@given(data=st.binary(min_size=1, max_size=5000), block=st.integers(1, 700),
+       pieces=st.lists(st.tuples(st.integers(0, 4999), st.integers(0, 1500)), max_size=30),
+       missing=st.one_of(st.none(), st.integers(0, 20)))
+def test_a_whole_cached_file_is_copied_from_its_blocks_exactly(tmp_path_factory, data, block, pieces, missing):
+    """A later epoch over a file the cache holds whole reads its mapped blocks directly: every
+    piece, also across blocks, equals the file's bytes; a missing block is reported, not guessed."""
+    from mmidx_builder.remote import RemoteObject
+
+    cache = BlockCache(str(tmp_path_factory.mktemp("blocks")), block_bytes=block)
+    obj = RemoteObject("http://example/x.bin", len(data), "etag")
+    blocks = -(-len(data) // block)
+    absent = None if missing is None or missing >= blocks else missing
+    assert not cache.holds_whole(obj)
+    for b in range(blocks):
+        if b != absent:
+            cache._store(obj, b, data[b * block:(b + 1) * block])
+    assert cache.holds_whole(obj) == (absent is None)
+    starts = np.array([min(a, len(data)) for a, _ in pieces], np.int64)
+    lengths = np.array([min(n, len(data) - a) for a, (_, n) in zip(starts.tolist(), pieces)], np.int64)
+    target = bytearray(int(lengths.sum()))
+    copied = cache.copy_pieces(obj, starts, lengths, memoryview(target))
+    needed = {b for a, n in zip(starts.tolist(), lengths.tolist()) if n
+              for b in range(a // block, (a + n - 1) // block + 1)}
+    if absent is not None and absent in needed:
+        assert not copied
+    else:
+        assert copied
+        assert bytes(target) == b"".join(data[a:a + n] for a, n in zip(starts.tolist(), lengths.tolist()))
+    # A new process's cache (no memory of what it stored) learns the folder's blocks.
+    assert BlockCache(cache.folder, block_bytes=block).holds_whole(obj) == (absent is None)
+
+
+def test_a_stream_through_a_cache_holding_the_whole_file_reads_it_without_background_threads(served, tmp_path,
+                                                                                             monkeypatch):
+    from datasets import load_dataset
+
+    from mmidx_builder.hf.readahead import ReadAhead
+
+    folder, prefix = served
+    options = dict(seq_length=SEQ, split="train", cache_dir=str(tmp_path / "hf"), num_samples=300)
+    local = stream_rows(load_dataset("mmidx", data_files={"train": prefix + ".bin"}, streaming=True, **options))
+    with RangeServer(folder) as server:
+        remote = IndexedFile.open(server.url + "/corpus", opener=RemoteAccess(cache_dir=str(tmp_path / "blocks")))
+        stream = load_dataset("mmidx", data_files={"train": server.url + "/corpus.bin"}, streaming=True,
+                              remote_cache_dir=str(tmp_path / "blocks"), **options)
+        assert remote.remote
+        first = stream_rows(stream)  # fetches the whole .bin into the cache (one pass over every sample)
+        assert not remote.remote  # a reader opened before sees the cache whole too
+        requests = sum(server.requests.values())
+        started, calls = ReadAhead.tables, []
+        monkeypatch.setattr(ReadAhead, "tables", lambda self, batches: calls.append(1) or started(self, batches))
+        second = stream_rows(stream)
+        assert sum(server.requests.values()) == requests and not calls
+    np.testing.assert_array_equal(first, local)
+    np.testing.assert_array_equal(second, local)
+
+
 def test_eviction_removes_the_oldest_blocks_first(tmp_path):
     cache = BlockCache(str(tmp_path), max_bytes=10_000, block_bytes=1000)
     for i in range(15):
@@ -327,6 +440,37 @@ def test_builder_without_cache_fetches_at_most_one_and_a_half_times_the_samples_
     local = stream_rows(load_dataset("mmidx", data_files={"train": prefix + ".bin"}, streaming=True, **options))
     np.testing.assert_array_equal(got, local)
     assert sent <= 1.5 * local.size * 2, (sent, local.size * 2)
+
+
+def test_http_streams_send_the_netrc_login_reading_netrc_once_per_host_not_per_request(served, tmp_path,
+                                                                                        monkeypatch):
+    """datasets asks aiohttp for ``trust_env`` (proxy variables and ~/.netrc); aiohttp then reads
+    ~/.netrc again for every request, which cost 2.5x the client's CPU per ranged GET. The
+    login still reaches every request; the file is read once per host."""
+    import netrc
+
+    from datasets import load_dataset
+
+    folder, prefix = served
+    (tmp_path / "netrc").write_text("machine 127.0.0.1 login reader password s3cret\n")
+    monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))
+    for name in ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    reads = []
+    real_init = netrc.netrc.__init__
+    monkeypatch.setattr(netrc.netrc, "__init__", lambda self, *a: reads.append(a) or real_init(self, *a))
+    options = dict(seq_length=SEQ, split="train", cache_dir=str(tmp_path / "hf"), num_samples=300)
+    local = stream_rows(load_dataset("mmidx", data_files={"train": prefix + ".bin"}, streaming=True, **options))
+    with RangeServer(folder) as server:
+        got = stream_rows(load_dataset("mmidx", data_files={"train": server.url + "/corpus.bin"}, streaming=True,
+                                       **options))
+        logins, requests = dict(server.logins), sum(server.requests.values())
+    np.testing.assert_array_equal(got, local)
+    import base64
+
+    assert logins == {"Basic " + base64.b64encode(b"reader:s3cret").decode(): requests}
+    # A few reads for datasets' own requests (resolving the data files); none per ranged GET.
+    assert requests > 100 and len(reads) < requests / 10, (requests, len(reads))
 
 
 def test_fairseq_pairs_stream_over_http(tmp_path):

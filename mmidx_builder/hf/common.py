@@ -242,11 +242,15 @@ class OpenedSplit:
     def maker(self, num_shards: int, read_ahead_bytes: int):
         """The split's table maker for streams: read ahead in background threads for remote
         files (readahead.ReadAhead), one gather for several small shards for local ones."""
-        key = (num_shards, read_ahead_bytes)
+        remote = self.remote  # a remote file is local once the block cache holds all of it
+        key = (num_shards, read_ahead_bytes, remote)
         with self._lock:
+            fetching = self._makers.pop((num_shards, read_ahead_bytes, True), None) if not remote else None
+            if fetching is not None:
+                fetching.drop_all()  # what it read ahead is in the cache now
             if key not in self._makers:
                 layout = shard_ranges(self.num_rows, num_shards)
-                self._makers[key] = (ReadAhead(self.table, layout, ROWS_PER_TABLE, read_ahead_bytes) if self.remote
+                self._makers[key] = (ReadAhead(self.table, layout, ROWS_PER_TABLE, read_ahead_bytes) if remote
                                      else ShardReadAhead(self.table, layout, ROWS_PER_TABLE))
             return self._makers[key]
 

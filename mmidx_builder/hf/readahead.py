@@ -25,6 +25,7 @@ exactly the rows asked for, in order; a prediction that the stream does not foll
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 from bisect import bisect_left
@@ -33,6 +34,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
+
+from ..remote import background_fetches
 
 
 class ShardReadAhead:
@@ -91,6 +94,8 @@ class ShardReadAhead:
             return table.slice(0, offsets[1])
 
 
+_SUBMISSIONS = itertools.count(1)  # gathers in the order submitted: the order their requests go out
+
 # Tables made at once in the background: each is a gather whose pieces a remote reader fetches
 # concurrently, so a few tables in flight keep many requests in flight.
 READ_AHEAD_THREADS = 8
@@ -98,6 +103,12 @@ READ_AHEAD_THREADS = 8
 # so far (and never more than its bound), so a stream that takes a few rows fetches little
 # more than them, and one that runs on soon reads as far ahead as the bound allows.
 READ_AHEAD_START_BYTES = 1 << 20
+# Rows made ahead are gathered together up to this many bytes of samples (a table is still
+# cut at ``rows_per_table``): the pieces of one gather are planned together, and the more of a
+# file a plan covers, the closer its pieces and the more of them one request fetches
+# (remote.plan_runs). Measured on a 20 MB .bin at 25 ms per request: 3.2 requests per sample
+# with gathers of 1,000 rows (4 MB), ~0.2 with 8,000.
+GATHER_BYTES = 32 << 20
 
 
 def _key(rows: np.ndarray):
@@ -115,13 +126,14 @@ class ReadAhead:
     must allow concurrent calls (remote token sources do: ``source.remote``)."""
 
     def __init__(self, make: Callable[[np.ndarray], object], layout: Sequence[tuple[int, int]], rows_per_table: int,
-                 limit_bytes: int, threads: int = READ_AHEAD_THREADS):
+                 limit_bytes: int, threads: int = READ_AHEAD_THREADS, gather_bytes: int = GATHER_BYTES):
         self._make = make
         self._layout = [tuple(map(int, r)) for r in layout]
         self._starts = [start for start, _ in self._layout]
         self._rows_per_table = rows_per_table
         self.limit_bytes = int(limit_bytes)
         self._threads = threads
+        self._gather_bytes = gather_bytes
         self._lock = threading.RLock()  # RLock: a dropped future's callback may run in the dropping thread
         self._start_state()
 
@@ -150,6 +162,13 @@ class ReadAhead:
         batches = iter(batches)
         ahead = []  # (key, rows) pulled from batches and not handed out; the first `scheduled` are submitted
         call = {"started": False, "shard": None, "last": None, "exhausted": False, "scheduled": 0}
+        try:
+            yield from self._tables(batches, ahead, call)
+        except GeneratorExit:  # the stream was left (a break, a take): what it would read next is not needed
+            self.drop_all()
+            raise
+
+    def _tables(self, batches, ahead: list, call: dict) -> Iterator[tuple[object, object]]:
         while True:
             if ahead:
                 key, rows = ahead.pop(0)
@@ -213,13 +232,21 @@ class ReadAhead:
             return ok
 
         def add(rows, is_own: bool, shard=None) -> bool:  # False: the bound is reached
-            nonlocal size, own, first_shard
+            nonlocal size, own, first_shard, failed_at
             if _key(rows) not in self._pending:
                 with self._lock:
-                    room = (self._allowance() - self._held) // self._row_bytes if self._row_bytes else 0
-                if group and size + len(rows) > min(self._rows_per_table, room):
+                    allowance = self._allowance()
+                    room = (allowance - self._held) // self._row_bytes if self._row_bytes else 0
+                    target = min(self._gather_rows(), allowance // 2 // max(1, self._row_bytes))
+                    waiting = len(self._pending)
+                if group and size + len(rows) > min(target, room):
                     if not flush():
                         return False
+                if not group and waiting and room < target:
+                    # While tables are under way, wait for room for a whole gather: a gather cut to
+                    # the room one table frees fetches a request per piece.
+                    failed_at = shard if failed_at is None else failed_at
+                    return False
                 if not group:
                     first_shard = shard
                 group.append(rows)
@@ -283,7 +310,9 @@ class ReadAhead:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="mmidx-read-ahead")
             rows = fresh[0][1] if len(fresh) == 1 else np.concatenate([rows for _, rows in fresh])
-            future = self._pool.submit(self._make, rows)
+            dropped = threading.Event()
+            future = self._pool.submit(self._make_unless_dropped, rows, dropped, next(_SUBMISSIONS))
+            future.dropped = dropped
             offset = 0
             for key, part in fresh:
                 self._pending[key] = (future, len(part) * self._row_bytes, offset, len(part))
@@ -291,6 +320,16 @@ class ReadAhead:
             self._held += nbytes
             self.peak_bytes = max(self.peak_bytes, self._held)
             return True
+
+    def _gather_rows(self) -> int:
+        """Rows one background gather may hold: ``gather_bytes`` of the rows seen so far, at
+        least a table."""
+        return max(self._rows_per_table, self._gather_bytes // max(1, self._row_bytes))
+
+    def _make_unless_dropped(self, rows: np.ndarray, dropped: threading.Event, priority: int):
+        # Behind the tables asked for now and the gathers submitted before; stops once dropped.
+        with background_fetches(dropped, priority):
+            return self._make(rows)
 
     def _allowance(self) -> int:
         """The bytes the read-ahead may hold now (see READ_AHEAD_START_BYTES)."""
@@ -325,16 +364,25 @@ class ReadAhead:
                 self._drop(*self._pending.popitem(last=False)[1][:2])
                 self._frontier = None
 
+    def drop_all(self) -> None:
+        """Drops every table made ahead (the stream moved to another maker)."""
+        with self._lock:
+            while self._pending:
+                self._drop(*self._pending.popitem(last=False)[1][:2])
+            self._frontier = None
+
     def _drop(self, future, nbytes: int) -> None:
         shared = any(entry[0] is future for entry in self._pending.values())  # a table cut for several
         if not shared and future.cancel():
             self._held -= nbytes
-        else:
-            future.add_done_callback(lambda _: self._release(nbytes))
+            return
+        if not shared:
+            future.dropped.set()
+        future.add_done_callback(lambda _: self._release(nbytes))
 
     def _release(self, nbytes: int) -> None:
         with self._lock:
             self._held -= nbytes
 
 
-__all__ = ["READ_AHEAD_START_BYTES", "READ_AHEAD_THREADS", "ReadAhead", "ShardReadAhead"]
+__all__ = ["GATHER_BYTES", "READ_AHEAD_START_BYTES", "READ_AHEAD_THREADS", "ReadAhead", "ShardReadAhead"]
