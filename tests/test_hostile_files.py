@@ -204,11 +204,50 @@ def test_a_read_only_folder_is_a_problem_of_the_dry_run_and_stops_the_upload(tmp
     folder = tmp_path / "shared"
     _pair(folder)
     lines = []
+    stop = "the dataset card cannot be made, nothing was uploaded.*not writable"
     with _read_only(folder):
-        hub.upload(folder, "me/tokens", dry_run=True, settings=CardSettings(seq_length=8), echo=lines.append)
-        with pytest.raises(HubError, match="the dataset card cannot be made, nothing was uploaded.*not writable"):
+        # The dry run prints its plan, then fails as the upload does, with the same error.
+        with pytest.raises(HubError, match=stop):
+            hub.upload(folder, "me/tokens", dry_run=True, settings=CardSettings(seq_length=8), echo=lines.append)
+        with pytest.raises(HubError, match=stop):
             hub.upload(folder, "me/tokens", settings=CardSettings(seq_length=8), echo=lines.append)
     assert "an upload would stop" in lines[0] and "not writable" in lines[0]
+    assert sorted(os.listdir(folder)) == ["train.bin", "train.idx"]
+
+
+def test_a_dry_run_that_finds_the_upload_would_stop_exits_non_zero_as_the_upload_does(tmp_path, monkeypatch):
+    """hub_upload.py and `mmidx upload`, dry and real, in a child process each: a dry run that
+    finds the upload would stop over the folder or its card exits 1 with the upload's own error."""
+    repository = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    folder = tmp_path / "shared"
+    _pair(folder)
+
+    def run(*command, token=True):
+        env = {k: v for k, v in os.environ.items() if k not in ("HF_TOKEN", "HF_HUB_OFFLINE")}
+        env.update(HF_HOME=str(tmp_path / "hf-home"), HF_HUB_OFFLINE="1")  # no stored token; a real upload fails offline
+        if token:
+            env["HF_TOKEN"] = "hf_aTokenSoThatOnlyTheFolderStopsIt0"
+        done = subprocess.run([sys.executable, *command], capture_output=True, text=True, env=env, cwd=repository,
+                              timeout=DEADLINE)
+        return done.returncode, done.stderr.strip().splitlines()[-1:]
+
+    hub_upload = [os.path.join(repository, "hub_upload.py")]
+    cli = ["-m", "mmidx_builder.cli", "upload"]
+    for command in (hub_upload, cli):
+        base = [*command, str(folder), "--repo-id", "me/tokens"]
+        assert run(*base, "--dry-run", "--seq-length", "8")[0] == 0  # nothing stops it
+        code, error = run(*base, "--dry-run")  # the default seq_length 2048 is longer than the split
+        assert code == 1 and "the dataset card cannot be made, nothing was uploaded" in error[0], error
+        assert run(*base) == (1, error)  # the upload stops with the very same line
+        # No token: the dry run says so and passes (the documented way is a dry run, then
+        # `hf auth login`); the upload stops.
+        assert run(*base, "--dry-run", "--seq-length", "8", token=False)[0] == 0
+        code, error = run(*base, "--seq-length", "8", token=False)
+        assert code == 1 and "not logged in" in error[0], error
+        with _read_only(folder):
+            code, error = run(*base, "--dry-run", "--seq-length", "8")
+            assert code == 1 and "nothing was uploaded" in error[0] and "not writable" in error[0], error
+            assert run(*base, "--seq-length", "8") == (1, error)
     assert sorted(os.listdir(folder)) == ["train.bin", "train.idx"]
 
 
