@@ -44,7 +44,7 @@ from ..dtypes import cast_tokens, integer_dtype
 from ..errors import MissingPartnerError, ParameterError
 from ..format import check_partners, split_prefix
 from ..remote import RemoteAccess
-from ..source import check_opened
+from ..source import check_opened, check_still_named
 from . import registry
 from .readahead import ReadAhead, ShardReadAhead
 from .registry import cache_root, record_checksums
@@ -237,6 +237,7 @@ class OpenedSplit:
         self.table = table
         self.files = tuple(files)
         self.source = source
+        self.process = None  # the process that opened or last checked the files (opened_split)
         self._makers = {}
         self._lock = threading.Lock()
 
@@ -256,16 +257,32 @@ class OpenedSplit:
             return self._makers[key]
 
 
-@functools.lru_cache(maxsize=8)
 def opened_split(open_plan, plan: Plan, opener) -> OpenedSplit:
     """``open_plan(plan, opener)``, kept per process: streaming calls the table generator once
     per shard, and opening the files and validating the indices each time would dominate.
-    Keyed by the plan, which holds the files' identity: a changed file is a new entry."""
+    Keyed by the plan, which holds the files' identity: a changed file is a new entry.
+
+    A process that starts reading a split checks that its files are still the ones the plan
+    was made from, whatever its start method: a spawn worker opens them again by name
+    (:func:`_opened_split`); a fork worker inherits the ones its parent opened, and checks
+    that their paths still name them. Either way a pair replaced since the plan is the same
+    FormatError, never the old pair in one kind of worker and a refusal in the other."""
+    opened = _opened_split(open_plan, plan, opener)
+    if opened.process != os.getpid():  # inherited through fork
+        for token_file in opened.files:
+            check_still_named(token_file)
+        opened.process = os.getpid()
+    return opened
+
+
+@functools.lru_cache(maxsize=8)
+def _opened_split(open_plan, plan: Plan, opener) -> OpenedSplit:
     opened = open_plan(plan, opener)
     for token_file in opened.files:
         # The very files the plan was made from, also in a process that opens them again (a
         # spawn worker): a pair replaced since would serve its tokens under the old row count.
         check_opened(token_file, plan.identity)
+    opened.process = os.getpid()
     return opened
 
 
