@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -78,6 +79,8 @@ BROKEN_FRONT_MATTER = {
     "not UTF-8": (b"---\nlicense: \xff\xfe\n---\nbody\n", "not UTF-8"),
     "configs: 5": (b"---\nconfigs: 5\n---\nbody\n", "front matter"),
     "configs of numbers": (b"---\nconfigs: [1, 2]\n---\nbody\n", "front matter"),
+    "features: 5": (b"---\nconfigs:\n- config_name: default\n  features: 5\n---\nbody\n",
+                    "configs[0] (config_name 'default') features: expected datasets' YAML features"),
     "a broken settings comment": (b"---\nlicense: mit\n---\n<!-- mmidx card settings: {not json} -->\n",
                                   "settings"),
     "a settings comment of wrong types": (
@@ -100,14 +103,11 @@ def test_a_broken_readme_is_one_line_not_a_traceback(tmp_path, case, command):
     assert "README.md" in output and said in output
     assert "PWNED" not in result.stdout.replace("echo PWNED", "")
     assert (tmp_path / "README.md").read_bytes() == readme  # nothing rewritten
-    if command == "card":
-        assert result.returncode == 1
-    else:
+    assert result.returncode == 1
+    if command == "upload":
         assert "an upload would stop" in output
 
 
-# (``features: 5`` is refused by datasets itself, with its own TypeError, while it reads the card
-# and before it picks a builder: out of our reach.)
 @pytest.mark.parametrize("setting, value", [("add_extra_token", "'no'"), ("add_extra_token", "'false'"),
                                             ("document_structure", "1"), ("seq_length", "'8'"),
                                             ("num_shards", "[1]"), ("seed", "1.5"), ("dtype", "5")])
@@ -120,6 +120,37 @@ def test_a_card_setting_of_the_wrong_type_is_a_parameter_error(tmp_path, setting
         f"  seq_length: 8\n  {setting}: {value}\n---\n")
     with pytest.raises(ParameterError, match=setting):
         load_dataset(str(tmp_path / "data"), cache_dir=str(tmp_path / "c"), split="train")
+
+
+# Cards datasets itself cannot read (it parses `configs:` and `dataset_info:` before it picks a
+# builder): one ParameterError naming the card, the config, the setting, expected and found.
+CONFIG = "configs:\n- config_name: default\n  data_files: train.bin\n  seq_length: 8\n"
+FEATURES = r"features: expected datasets' YAML features \(a list of mappings with a name and a dtype\), found"
+UNREADABLE_CARDS = {  # front matter, what the error says after the card's name
+    "features: 5": (CONFIG + "  features: 5\n", rf"configs\[0\] \(config_name 'default'\) {FEATURES} int 5$"),
+    "features of numbers": (CONFIG + "  features: [1, 2]\n",
+                            rf"configs\[0\] \(config_name 'default'\) {FEATURES} list \[1, 2\]"),
+    "a feature of a number": (CONFIG + "  features: {input_ids: 5}\n",
+                              rf"configs\[0\] \(config_name 'default'\) {FEATURES} dict \{{'input_ids': 5\}}"),
+    "config_name: 5": (CONFIG.replace("default", "5"), r"configs\[0\] config_name: expected a string, found int 5$"),
+    "dataset_info features: 5": (CONFIG + "dataset_info:\n  features: 5\n", rf"dataset_info {FEATURES} int 5$"),
+    "configs: 5": ("configs: 5\n", r"configs: expected a list of configs \(mappings with a config_name\), found int 5$"),
+}
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+@pytest.mark.parametrize("case", sorted(UNREADABLE_CARDS))
+def test_a_card_datasets_cannot_read_is_a_parameter_error_naming_the_card(tmp_path, case, streaming):
+    from mmidx_builder.errors import ParameterError
+
+    _pair(tmp_path / "data")
+    (tmp_path / "data" / "README.md").write_text("---\n" + UNREADABLE_CARDS[case][0] + "---\n")
+    readme = str(tmp_path / "data" / "README.md")
+    with pytest.raises(ParameterError) as error:
+        load_dataset(str(tmp_path / "data"), cache_dir=str(tmp_path / "c"), split="train", streaming=streaming)
+    said = str(error.value)
+    assert said.startswith(f"{readme}: the dataset card's front matter: "), said
+    assert re.search(UNREADABLE_CARDS[case][1], said), said
 
 
 # --- item 13: a card for names with glob characters -------------------------------------------
