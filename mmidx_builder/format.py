@@ -353,7 +353,7 @@ class IndexedFile:
         documents = header.document_count if header.flavour is Flavour.MEGATRON else 0
         self._modes_at = self._documents_at + DOCUMENT_INDEX_DTYPE.itemsize * documents
         self._lengths = None  # the copy, made by sequence_lengths
-        self._block_starts = self._offsets = None  # where sequences start (_BLOCK_BITS), made with it
+        self._block_starts = self._offsets = None  # where sequences start (_BLOCK_BITS), made after it
         self._num_tokens = self._validate()
         self.identities = (index.identity, getattr(bin_reader, "identity", None) or file_identity(bin_path))
         self.identity = combined_identity("mmidx", list(self.identities))
@@ -482,7 +482,6 @@ class IndexedFile:
                                   f"{self._num_tokens} tokens validated on open", "other lengths",
                                   offset=self._lengths_at, hint="the index was rewritten while in use; reopen it")
             lengths.flags.writeable = False
-            self._block_starts, self._offsets = _block_starts(lengths)
             self._lengths = lengths
         return self._lengths
 
@@ -526,6 +525,8 @@ class IndexedFile:
                                   int(pointers[k]), offset=self._pointers_at + 8 * int(ids[k]),
                                   hint="the index was rewritten while in use; reopen it")
             return starts
+        if self._offsets is None:  # made at the first read after the copy (inspect needs none)
+            self._block_starts, self._offsets = _block_starts(self._lengths)
         starts = self._block_starts[ids >> _BLOCK_BITS]
         starts += self._offsets[ids]
         return starts
@@ -559,18 +560,19 @@ class IndexedFile:
 
     def document_lengths(self) -> np.ndarray:
         """Tokens per document (a document is a run of sequences): int64, or for fairseq (one
-        sequence a document) the int32 lengths themselves."""
-        lengths = self.sequence_lengths
+        sequence a document) the int32 lengths themselves. Megatron's are made a chunk of
+        documents at a time from the pointers where they start: ``mmidx inspect`` of a
+        2**28-sequence index must not need gigabytes beyond its answer."""
         if self.flavour is not Flavour.MEGATRON:
-            return lengths
+            return self.sequence_lengths
         out = np.empty(self.num_documents, np.int64)
-        count = self.header.document_count
-        for begin in range(0, len(out), _VALIDATE_CHUNK):  # temporaries of a chunk, not of the index
+        count, itemsize = self.header.document_count, self.dtype.itemsize
+        for begin in range(0, len(out), _VALIDATE_CHUNK):
             chunk = self._table(self._documents_at, DOCUMENT_INDEX_DTYPE, begin, min(begin + _VALIDATE_CHUNK + 1, count))
-            bounds = np.full(len(chunk), self._num_tokens, np.int64)
+            bounds = np.full(len(chunk), self._num_tokens * itemsize, np.int64)
             inside = chunk < self.num_sequences
-            bounds[inside] = self._starts_of(chunk[inside])
-            np.subtract(bounds[1:], bounds[:-1], out=out[begin:begin + len(chunk) - 1])
+            bounds[inside] = self._index.entries(self._pointers_at, POINTER_DTYPE, chunk[inside])
+            np.floor_divide(np.diff(bounds), itemsize, out=out[begin:begin + len(chunk) - 1])
         return out
 
     # --- tokens ----------------------------------------------------------------------

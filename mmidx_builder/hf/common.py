@@ -345,8 +345,13 @@ class BaseBuilder(datasets.ArrowBasedBuilder):
         return builder_config, config_id
 
     def _remote(self) -> RemoteAccess:
-        """How remote files are read (remote.py): datasets' storage options and token, the cache."""
-        return registry.remote_access(self, self.config.remote_cache_dir, self.config.max_remote_cache_bytes)
+        """How remote files are read (remote.py): datasets' storage options and token, the cache.
+        Made once per builder: a stream asks for it at every shard (960 times a pass), and
+        resolving the options of every protocol took ~15% of a local stream's time."""
+        if getattr(self, "_remote_access", None) is None:
+            self._remote_access = registry.remote_access(self, self.config.remote_cache_dir,
+                                                         self.config.max_remote_cache_bytes)
+        return self._remote_access
 
     @staticmethod
     def _identity_paths(config) -> list[str]:
