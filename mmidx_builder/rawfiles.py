@@ -54,10 +54,10 @@ N_BYTES_CHOICES = (1, 2, 3, 4)
 
 
 def _open_maps_limit() -> int:
-    """Memory maps kept open at once. Each holds a file descriptor (Python's mmap dups
-    it), so a folder of 100,000 files must stay within the descriptor limit, and the
-    kernel's map count (vm.max_map_count, 65,530 by default). Re-mapping a file costs
-    ~20 us, so keep as many as the limits comfortably allow."""
+    """Memory maps kept open at once. Each holds two file descriptors (mapped.py's own,
+    and the one Python's mmap dups), so a folder of 100,000 files must stay within the
+    descriptor limit, and the kernel's map count (vm.max_map_count, 65,530 by default).
+    Re-mapping a file costs ~20 us, so keep as many as the limits comfortably allow."""
     try:
         import resource  # POSIX only
         soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
@@ -65,7 +65,7 @@ def _open_maps_limit() -> int:
             soft = 16384
     except (ImportError, OSError, ValueError):
         soft = 1024
-    return max(32, min(4096, soft // 4))
+    return max(32, min(4096, soft // 8))
 
 
 _OPEN_MAPS = _open_maps_limit()
@@ -101,8 +101,8 @@ def _read_three(data: np.ndarray, planes: np.ndarray, start: int, stop: int, out
     """Tokens ``start:stop`` of a file of 3-byte tokens into ``out``.
 
     Each token is read as the 4-byte little-endian integer at its first byte (a strided,
-    unaligned view of the map, 3 bytes apart) with the fourth byte masked off: one pass,
-    no temporaries. A last token whose 4-byte read would leave the file goes by planes.
+    unaligned view of the bytes, 3 bytes apart) with the fourth byte masked off: one pass,
+    no temporaries. A last token whose 4-byte read would leave the bytes goes by planes.
     """
     inside = min(stop, (len(data) - 1) // 3)  # tokens j with 3j + 4 <= len(data)
     if inside > start:
@@ -141,7 +141,8 @@ class RawFiles:
     """Files read as tokens of ``n_bytes`` bytes, each file followed by one EOF token.
 
     ``sequence_lengths[i]`` is the tokens of file ``i`` plus one. Local paths are memory
-    mapped (lazily, a bounded number at a time). Remote paths are read by remote.py (every
+    mapped (lazily, a bounded number at a time) and read through mapped.py: a file truncated
+    while in use is a FormatError, never SIGBUS. Remote paths are read by remote.py (every
     piece of a read fetched at once), through ``opener`` when it is a remote.RemoteAccess;
     another ``open``-like callable is used as it is, one ranged read per piece.
     """
