@@ -9,14 +9,16 @@ So nothing in this package touches a mapped page itself. Every read of a local `
 
 * ``process_vm_readv`` on this very process, reading the map's own addresses: one system
   call for up to 1,024 runs, and where a page was truncated away the kernel ends the copy
-  there and reports it (a short count, EFAULT) instead of signalling. It costs about 0.2 us
-  a run more than a ``memcpy`` from the map (``benchmarks/bench_format.py``);
+  there and reports it (a short count, EFAULT) instead of signalling. It costs ~0.35 us a
+  run more than a ``memcpy`` from the map (``benchmarks/bench_format.py``), so runs close
+  together are copied as a few stretches of the file and taken apart with numpy;
 * ``pread`` on the file's descriptor, one call per run, where ``process_vm_readv`` is
   missing or refused (not Linux, a seccomp filter): slower, just as safe.
 
 A run the file no longer holds is a :class:`FormatError` naming the file, the byte offset
-and the size the file has now ("truncated while in use"). No view of a map is handed out:
-every array a caller gets is its own, so nothing read here can fault later either.
+and the size the file has now ("truncated while in use"); so is one that a truncation inside
+its page turned into zeros (the file's size is checked after each copy). No view of a map is
+handed out: every array a caller gets is its own, so nothing read here can fault later.
 """
 
 from __future__ import annotations
