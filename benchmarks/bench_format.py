@@ -13,24 +13,27 @@ Rows:
                            sequences, offsets, lengths, order) into a preallocated buffer: the
                            shuffled-gather limit with numpy, no bounds check (second ratio column)
   open + validate          IndexedFile.open, header to last pointer check (s per million documents)
-  read_pieces (auto)       batched gather of 2,049-token samples made of several pieces, as
-                           sampling makes them (tokens/s, ratio to the ceilings)
-  read_pieces (loop)       the same, forcing the loop of slice copies
-  read_pieces (fancy)      the same, forcing one fancy-index take
-and a second table, loop vs fancy for pieces of a fixed length, which is what
-format._LOOP_MIN_MEAN_RUN is tuned from (the crossover).
+  read_pieces              batched gather of 2,049-token samples made of several pieces, as
+                           sampling makes them (tokens/s, ratio to the ceilings): the kernel
+                           copies the runs out of the map (mapped.py: process_vm_readv), so a
+                           file truncated meanwhile is an error, not SIGBUS
+  read_pieces (pread)      the same through pread, mapped.py's way where process_vm_readv is
+                           refused
+and a second table for pieces of a fixed length: read_pieces against numpy slice copies of
+the same pieces from the map (what reading the map directly cost, before mapped.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import time
 from dataclasses import dataclass
 
 import numpy as np
 
-from mmidx_builder import format as fmt
+from mmidx_builder import mapped
 from mmidx_builder.errors import MMIdxError
 from mmidx_builder.format import IndexedFile, IndexedFileWriter
 
@@ -122,16 +125,27 @@ def fixed_pieces(indexed: IndexedFile, rng, length: int, total: int):
     return ids, offsets, np.full(count, length)
 
 
-def with_threshold(value: int, run):
-    saved = fmt._LOOP_MIN_MEAN_RUN
-    fmt._LOOP_MIN_MEAN_RUN = value
+@contextlib.contextmanager
+def through_pread():
+    """mapped.py's pread path, as where process_vm_readv is missing or refused."""
+    saved = mapped._READV
+    mapped._READV = None
     try:
-        return run()
+        yield
     finally:
-        fmt._LOOP_MIN_MEAN_RUN = saved
+        mapped._READV = saved
 
 
-LOOP, FANCY = 0, 10**18  # thresholds that force one path
+def slices_of(tokens: np.ndarray, indexed: IndexedFile, ids, offsets, sizes, out: np.ndarray):
+    """A numpy slice copy of each piece straight from the map, into ``out``."""
+    starts, lengths = (indexed.sequence_starts[ids] + offsets).tolist(), sizes.tolist()
+
+    def run():
+        position = 0
+        for start, length in zip(starts, lengths):
+            out[position:position + length] = tokens[start:start + length]
+            position += length
+    return run
 
 
 def main() -> None:
@@ -176,38 +190,33 @@ def main() -> None:
     rows.append(Row("open + validate", seconds / indexed.num_documents * 1e6, "s / M documents",
                     note=f"{indexed.num_documents:,} documents, {seconds * 1e3:.1f} ms"))
 
+    indexed.sequence_lengths  # copied once, as sampling does before any read
     ids, offsets, sizes = sample_pieces(indexed, rng, SAMPLES_PER_BATCH)
     out = np.empty(int(sizes.sum()), np.uint16)
-    piece_starts, piece_lengths = (indexed.sequence_starts[ids] + offsets).tolist(), sizes.tolist()
-
-    def same_pieces():
-        position = 0
-        for start, length in zip(piece_starts, piece_lengths):
-            out[position:position + length] = tokens[start:start + length]
-            position += length
-
-    pieces_rate = out.size / best_of(args.repeats, same_pieces)
+    pieces_rate = out.size / best_of(args.repeats, slices_of(tokens, indexed, ids, offsets, sizes, out))
     rows.append(Row("ceiling: same pieces, numpy slices", pieces_rate, "tokens/s", pieces_rate / ceiling_rate,
                     f"{len(ids) / SAMPLES_PER_BATCH:.1f} pieces per sample, mean run {sizes.mean():.0f}", 1.0))
-    for label, threshold in (("auto", fmt._LOOP_MIN_MEAN_RUN), ("loop", LOOP), ("fancy", FANCY)):
-        seconds = with_threshold(threshold, lambda: best_of(args.repeats, lambda: indexed.read_pieces(ids, offsets, sizes, out)))
-        rate = out.size / seconds
-        rows.append(Row(f"read_pieces ({label})", rate, "tokens/s", rate / ceiling_rate, pieces_ratio=rate / pieces_rate))
+    for label, way in (("read_pieces", contextlib.nullcontext), ("read_pieces (pread)", through_pread)):
+        with way():
+            reader = IndexedFile.open(prefix)  # pread: a reader opened without a map
+            reader.sequence_lengths
+            rate = out.size / best_of(args.repeats, lambda: reader.read_pieces(ids, offsets, sizes, out))
+        rows.append(Row(label, rate, "tokens/s", rate / ceiling_rate, pieces_ratio=rate / pieces_rate))
 
     print_table(f"bench_format: {indexed.num_tokens:,} uint16 tokens, {indexed.num_documents:,} documents, "
                 f"{SAMPLES_PER_BATCH} samples of {WINDOW} per batch", rows)
 
-    # Crossover of the two gather paths, for _LOOP_MIN_MEAN_RUN.
-    crossover = []
-    for length in (4, 8, 16, 32, 64, 128, 256, 1024):
+    # What copying through the kernel costs against slices of the map, by piece length.
+    by_length = []
+    for length in (4, 16, 64, 256, 1024, 4096):
         ids, offsets, sizes = fixed_pieces(indexed, rng, length, total=2_000_000)
         out = np.empty(int(sizes.sum()), np.uint16)
-        loop = out.size / with_threshold(LOOP, lambda: best_of(3, lambda: indexed.read_pieces(ids, offsets, sizes, out)))
-        fancy = out.size / with_threshold(FANCY, lambda: best_of(3, lambda: indexed.read_pieces(ids, offsets, sizes, out)))
-        crossover.append(Row(f"pieces of {length}: loop / fancy", loop, "tokens/s", loop / ceiling_rate,
-                             note=f"fancy {fancy / 1e6:,.0f} M tokens/s ({fancy / ceiling_rate:.2f}x); "
-                                  f"{'loop' if loop > fancy else 'fancy'} wins"))
-    print_table(f"gather paths by piece length (now _LOOP_MIN_MEAN_RUN = {fmt._LOOP_MIN_MEAN_RUN})", crossover)
+        rate = out.size / best_of(3, lambda: indexed.read_pieces(ids, offsets, sizes, out))
+        slices = out.size / best_of(3, slices_of(tokens, indexed, ids, offsets, sizes, out))
+        by_length.append(Row(f"pieces of {length}: read_pieces", rate, "tokens/s", rate / ceiling_rate,
+                             note=f"numpy slices of the map {slices / 1e6:,.0f} M tokens/s; "
+                                  f"read_pieces {rate / slices:.2f}x of them", pieces_ratio=rate / slices))
+    print_table("read_pieces by piece length, against numpy slices of the same pieces from the map", by_length)
 
 
 def print_table(title: str, rows: list[Row]) -> None:

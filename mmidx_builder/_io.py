@@ -12,7 +12,6 @@ import contextlib
 import errno
 import glob
 import hashlib
-import mmap
 import os
 import re
 import stat
@@ -270,26 +269,6 @@ def replaced_error(path: str, expected: str, found: str):
                             "open the dataset again to read the new data")
 
 
-def map_readonly(path: str | os.PathLike, expected_identity: str | None = None
-                 ) -> tuple[mmap.mmap | None, int, str]:
-    """``(map, size, identity)`` of a local file: a read-only memory map (None when the file
-    is empty: mmap cannot map that), its size and :func:`stat_identity`, from an ``fstat`` of
-    the file mapped. With ``expected_identity`` (an earlier opening's), another file at the
-    path since is refused with :func:`replaced_error`.
-
-    The map keeps its own descriptor, so ``map.size()`` is an ``fstat`` of *this* file: it
-    tells a truncation of the mapped file (reading a lost page is SIGBUS) from a rename of
-    another file over the path (the mapped one lives on, unchanged).
-    """
-    with open_regular(path) as f:  # a FIFO in a file's place would block a plain open
-        stat = os.fstat(f.fileno())
-        identity = stat_identity(path, stat)
-        if expected_identity is not None and identity != expected_identity:
-            raise replaced_error(os.fspath(path), expected_identity, identity)
-        mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if stat.st_size else None
-    return mapped, stat.st_size, identity
-
-
-__all__ = ["WriterLock", "atomic_output", "file_identity", "is_remote", "map_readonly", "not_a_regular_file",
+__all__ = ["WriterLock", "atomic_output", "file_identity", "is_remote", "not_a_regular_file",
            "open_regular", "read_small_file", "remove_quietly", "remove_stale_temporaries", "replaced_error",
            "stat_identity", "temporary_path", "temporary_stem", "write_atomically"]

@@ -350,6 +350,8 @@ def _read_existing(readme: Path):
     try:
         data = DatasetCard(text, ignore_metadata_errors=True).data
         MetadataConfigs.from_dataset_card_data(data)  # the configs we merge ours into
+    except ParameterError as error:  # hf/registry.py names the setting of a wrong type
+        raise ParameterError(f"{readme}: {error}; fix it or move the file away and run again") from None
     except (yaml.YAMLError, ValueError, TypeError, AttributeError) as error:
         why = " ".join(str(error).split())[:200]
         raise ParameterError(f"{readme}: its front matter (the YAML between the '---' lines) cannot be read as a "

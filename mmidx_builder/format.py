@@ -39,10 +39,10 @@ import numpy as np
 
 from . import _io
 from ._io import (TEMPORARY_MARK, WriterLock,  # noqa: F401  (TEMPORARY_MARK: tests read it here)
-                  file_identity, map_readonly, not_a_regular_file, remove_quietly,
-                  temporary_path, temporary_stem)
+                  file_identity, not_a_regular_file, remove_quietly, temporary_path, temporary_stem)
 from .dtypes import DTYPE_TABLES, FAIRSEQ_DTYPES, MEGATRON_DTYPES, Flavour, dtype_code, smallest_dtype, writer_dtype  # noqa: F401
 from .errors import FormatError, MissingPartnerError, ParameterError
+from .mapped import MappedFile, gather
 from .source import check_pieces, combined_identity, first_bad
 
 MAGIC = b"MMIDIDX\x00\x00"
@@ -149,27 +149,11 @@ class BinReader:
             position += length
 
 
-def check_mapped(mapped, size: int, path: str) -> None:
-    """FormatError unless the file ``mapped`` (an ``mmap``, None for an empty file) still
-    holds ``size`` bytes: ``mmap.size()`` is an ``fstat`` of the mapped file itself."""
-    if mapped is None:
-        return
-    now = mapped.size()
-    if now < size:
-        raise FormatError(path, "file size", f"{size} bytes, as when it was opened", f"{now} bytes",
-                          hint="the file was truncated while in use; reopen the dataset")
-
-
-# Below this mean run length a fancy-index gather beats a Python loop of slice copies.
-# Measured by benchmarks/bench_format.py (page cache warm): the loop costs ~0.2 us of Python
-# per piece plus a cache miss it waits for (short random pieces cost ~0.4 us each), the take
-# ~5-10 ns per token for building its index but overlaps its misses; they cross between runs
-# of 64 and 128 tokens. Both are exact; this is only speed.
-_LOOP_MIN_MEAN_RUN = 96
-
-
 class MemmapBinReader(BinReader):
-    """A zero-copy memory map of a local ``.bin``.
+    """A local ``.bin``, memory-mapped and read through :class:`~mmidx_builder.mapped.MappedFile`:
+    the kernel copies the runs out of the map, so a file truncated while in use is a
+    FormatError, never SIGBUS (mapped.py says why and what it costs). Reads return arrays of
+    their own, never views of the map.
 
     ``expected_identity`` (what :func:`~mmidx_builder._io.stat_identity` said of the file when
     the pair was first opened) makes a reopening refuse a file that was replaced since: a
@@ -179,15 +163,8 @@ class MemmapBinReader(BinReader):
     def __init__(self, path: str, dtype: np.dtype, expected_identity: str | None = None):
         self.path = path
         self.dtype = dtype
-        self._map, self.size, self.identity = map_readonly(path, expected_identity)
-        count = self.size // dtype.itemsize
-        # A plain ndarray over the map (slicing the np.memmap subclass costs ~1 us per slice
-        # in __array_finalize__, more than copying a 1,000-token piece); it keeps the map alive.
-        self.tokens = np.frombuffer(self._map, dtype, count) if count else np.empty(0, dtype)
-        # The same bytes as a memoryview: a memoryview slice assignment is a bare memcpy,
-        # about twice as cheap per piece as numpy's slice assignment (which builds two
-        # array objects and a casting plan for every piece).
-        self._bytes = memoryview(self.tokens.view(np.uint8))
+        self._file = MappedFile(path, expected_identity)
+        self.size, self.identity = self._file.size, self._file.identity
 
     def __getstate__(self):
         # Pickling (datasets' worker processes) must not copy the whole .bin: map it again
@@ -197,47 +174,20 @@ class MemmapBinReader(BinReader):
     def __setstate__(self, state):
         self.__init__(state["path"], state["dtype"], state.get("identity"))
 
-    def check_size(self) -> None:
-        """A mapped file that shrank kills the process with SIGBUS on the next read of a lost
-        page, with no message; an ``fstat`` of the mapped file before each read turns that
-        into a FormatError. Of the mapped file, not the path: a pair replaced by rename leaves
-        the old file mapped and whole, and it is still read (this process opened that
-        generation; a reopening refuses the new one). A shrink between this check and the
-        copy still cannot be caught: see docs/reliability.md."""
-        check_mapped(self._map, self.size, self.path)
-
     def read(self, start: int, count: int) -> np.ndarray:
-        self.check_size()
-        return self.tokens[start:start + count]
+        return self._file.read(start * self.dtype.itemsize, count, self.dtype)
 
     def gather(self, starts: np.ndarray, lengths: np.ndarray, out: np.ndarray) -> None:
-        runs = len(starts)
-        if runs == 0:
+        if len(starts) == 0:
             return
-        self.check_size()
-        if out.size >= _LOOP_MIN_MEAN_RUN * runs:
-            if out.dtype == self.dtype and out.flags.c_contiguous and out.flags.writeable:
-                # Byte positions of every run in the file and in ``out``; one memcpy each.
-                itemsize = self.dtype.itemsize
-                ends = np.cumsum(lengths, dtype=np.int64)
-                ends *= itemsize
-                source, target = self._bytes, memoryview(out.view(np.uint8))
-                begin = 0
-                for start, end in zip((np.asarray(starts, np.int64) * itemsize).tolist(), ends.tolist()):
-                    target[begin:end] = source[start:start + end - begin]
-                    begin = end
-                return
-            tokens, position = self.tokens, 0
-            for start, length in zip(starts.tolist(), lengths.tolist()):
-                out[position:position + length] = tokens[start:start + length]
-                position += length
-            return
-        # Short runs: one vectorised take; index k of run i is starts[i] + (k - run_begin[i]).
-        run_begin = np.cumsum(lengths) - lengths
-        index = np.repeat(np.asarray(starts, np.int64) - run_begin, lengths)
-        index += np.arange(out.size, dtype=np.int64)
-        # Every index was bounds-checked by read_pieces; "clip" skips numpy's buffered re-check.
-        np.take(self.tokens, index, out=out, mode="clip")
+        target = out
+        if not (out.dtype == self.dtype and out.flags.c_contiguous and out.flags.writeable):
+            target = np.empty(out.shape, self.dtype)
+        itemsize = self.dtype.itemsize
+        gather([self._file], None, np.asarray(starts, np.int64) * itemsize, np.asarray(lengths, np.int64) * itemsize,
+               target)
+        if target is not out:
+            out[...] = target
 
 
 def opened_size(path: str, opener: Callable[..., IO[bytes]]) -> int:
@@ -303,15 +253,31 @@ class FileBinReader(BinReader):
         super().gather(starts[group_first], group_lengths, out)
 
 
-def _read_idx_bytes(path: str, opener, expected_identity: str | None = None):
-    """(bytes, size, map or None, identity) of an ``.idx``: mapped when local, read whole
-    through ``opener`` otherwise."""
+class _IndexInMemory:
+    """An ``.idx`` read whole into memory (a remote one): the same ``read``/``entries`` as a
+    local :class:`~mmidx_builder.mapped.MappedFile`, as views of the bytes (nothing can
+    truncate them)."""
+
+    def __init__(self, data: bytes, path: str):
+        self._data, self.path, self.size = memoryview(data), path, len(data)
+        self.identity = file_identity(path)  # a URL is its own identity
+
+    def read(self, offset: int, count: int, dtype) -> np.ndarray:
+        return np.frombuffer(self._data, dtype, count, offset)
+
+    def entries(self, offset: int, dtype, ids) -> np.ndarray:
+        ids = np.asarray(ids, np.int64)
+        dtype = np.dtype(dtype)
+        table = np.frombuffer(self._data, dtype, (self.size - offset) // dtype.itemsize, offset)
+        return table[ids]
+
+
+def _open_idx(path: str, opener, expected_identity: str | None = None):
+    """A local ``.idx`` as a MappedFile, else read whole through ``opener``."""
     if opener is None:
-        mapped, size, identity = map_readonly(path, expected_identity)
-        return (mapped if mapped is not None else memoryview(b"")), size, mapped, identity
+        return MappedFile(path, expected_identity)
     with opener(path, "rb") as f:
-        data = f.read()
-    return memoryview(data), len(data), None, path
+        return _IndexInMemory(f.read(), path)
 
 
 def _exists(path: str, opener) -> bool:
@@ -340,56 +306,56 @@ def check_partners(idx_path: str, bin_path: str, opener=None) -> None:
                                       hint="a .bin/.idx pair needs both files")
 
 
-# Sequences validated per step on open: bounds the temporaries (~24 bytes a sequence) to ~6 MiB.
+# Sequences validated per step on open: bounds the temporaries (~36 bytes a sequence) to ~9 MiB.
 _VALIDATE_CHUNK = 1 << 18
+# Once the lengths are copied, where each sequence starts is kept as the start of its block of
+# 2**_BLOCK_BITS sequences (int64) plus its distance from there (uint32): 4 bytes a sequence
+# instead of the index's 8, for two fancy indexes a read (a start computed from the lengths at
+# each read costs ~10 us more per call: benchmarks/bench_format.py).
+_BLOCK_BITS = 8
 
 
 class IndexedFile:
     """One validated ``.bin``/``.idx`` pair.
 
-    Sequence and document arrays are read-only views of the memory-mapped index. Token
-    access returns views of the memory-mapped ``.bin`` (copies when read remotely).
+    Token access (``read_pieces``, ``sequence``, ``document``) returns arrays of its own,
+    copied from the memory-mapped ``.bin`` (fetched when read remotely).
 
     Open with :meth:`open`; pass ``opener`` (an ``open``-like callable, e.g. the one
     ``datasets`` patches for streaming, or ``fsspec.open``) to read anything that is not
     a local path.
 
-    Memory and truncation. Opening costs no memory per sequence beyond the mapped file
-    (validation runs in bounded chunks; token starts are computed from the pointers when
-    read; fairseq's one-sequence documents are a range made only on request), so an index
-    of 2**28 sequences opens in a few MiB. The price of views is that a mapped ``.idx``
-    truncated while in use would kill the process with SIGBUS at the next read of a lost
-    page. So the arrays are reached only through properties that first ``fstat`` the mapped
-    file (``mmap.size()``, ~1 us) and raise :class:`FormatError` if it shrank: every read
-    path (sampling, ``read_pieces``, documents) fetches them anew. A truncation between that
-    check and the read that follows stays possible, the same window as for the ``.bin``.
+    Memory and truncation. A mapped file truncated while in use kills the process with
+    SIGBUS at the next read of a lost page, and no check before a read can rule that out;
+    so neither file is read through its map: every read is a copy the kernel makes and
+    reports a lost page to (mapped.py), a FormatError. Opening validates the index in bounded
+    chunks and keeps nothing per sequence, so an index of 2**28 sequences opens in a few MiB.
+    :attr:`sequence_lengths` is a copy (4 bytes a sequence, made when first asked: sampling
+    reads all of them), made with the starts of the sequences (4 bytes a sequence, see
+    ``_BLOCK_BITS``); reads take their starts from those, never from the mapped pointers.
+    Before the copy, a read fetches just the entries of its pieces. Pointers and document
+    indices are copies made when asked.
     """
 
-    def __init__(self, prefix: str, header: Header, idx: np.ndarray | memoryview,
-                 bin_reader: BinReader, idx_path: str, bin_path: str, idx_size: int,
-                 idx_map=None, idx_identity: str | None = None):
+    def __init__(self, prefix: str, header: Header, index, bin_reader: BinReader, idx_path: str, bin_path: str):
         self.prefix = prefix
         self.idx_path = idx_path
         self.bin_path = bin_path
         self.header = header
-        self.idx_size = idx_size
+        self.idx_size = index.size
         self.bin_size = bin_reader.size
         self._bin = bin_reader
-        self._idx_map = idx_map
+        self._index = index  # mapped.MappedFile, or _IndexInMemory for a remote .idx
         n = header.num_sequences
-        offset = header.size
-        self._lengths = np.frombuffer(idx, LENGTH_DTYPE, n, offset)
-        offset += LENGTH_DTYPE.itemsize * n
-        self._pointers = np.frombuffer(idx, POINTER_DTYPE, n, offset)
-        offset += POINTER_DTYPE.itemsize * n
-        self._documents = None  # fairseq: sequence i is document i
-        if header.flavour is Flavour.MEGATRON:
-            self._documents = np.frombuffer(idx, DOCUMENT_INDEX_DTYPE, header.document_count, offset)
-            offset += DOCUMENT_INDEX_DTYPE.itemsize * header.document_count
-        self._modes = np.frombuffer(idx, MODE_DTYPE, n, offset) if header.multimodal else None
+        self._lengths_at = header.size
+        self._pointers_at = self._lengths_at + LENGTH_DTYPE.itemsize * n
+        self._documents_at = self._pointers_at + POINTER_DTYPE.itemsize * n
+        documents = header.document_count if header.flavour is Flavour.MEGATRON else 0
+        self._modes_at = self._documents_at + DOCUMENT_INDEX_DTYPE.itemsize * documents
+        self._lengths = None  # the copy, made by sequence_lengths
+        self._block_starts = self._offsets = None  # where sequences start (_BLOCK_BITS), made after it
         self._num_tokens = self._validate()
-        self.identities = (idx_identity or file_identity(idx_path), getattr(bin_reader, "identity", None)
-                           or file_identity(bin_path))
+        self.identities = (index.identity, getattr(bin_reader, "identity", None) or file_identity(bin_path))
         self.identity = combined_identity("mmidx", list(self.identities))
 
     @property
@@ -417,16 +383,18 @@ class IndexedFile:
         access = remote_access_for(opener, bin_path)
         if access is not None:
             idx, bin_object = access.open_pair(idx_path, bin_path)
-            header = parse_header(bytes(idx[:MEGATRON_HEADER_SIZE]), len(idx), idx_path)
+            index = _IndexInMemory(bytes(idx), idx_path)
+            header = parse_header(bytes(idx[:MEGATRON_HEADER_SIZE]), index.size, idx_path)
             reader = RemoteBinReader(bin_path, header.dtype, access, bin_object)
-            return cls(prefix, header, memoryview(idx), reader, idx_path, bin_path, len(idx))
+            return cls(prefix, header, index, reader, idx_path, bin_path)
         check_partners(idx_path, bin_path, opener)
         expected_idx, expected_bin = expected_identities or (None, None)
-        idx, idx_size, idx_map, idx_identity = _read_idx_bytes(idx_path, opener, expected_idx)
-        header = parse_header(bytes(idx[:MEGATRON_HEADER_SIZE]), idx_size, idx_path)
+        index = _open_idx(idx_path, opener, expected_idx)
+        head = min(index.size, MEGATRON_HEADER_SIZE)
+        header = parse_header(index.read(0, head, np.uint8).tobytes(), index.size, idx_path)
         reader = (MemmapBinReader(bin_path, header.dtype, expected_bin) if opener is None
                   else FileBinReader(bin_path, header.dtype, opener))
-        return cls(prefix, header, idx, reader, idx_path, bin_path, idx_size, idx_map, idx_identity)
+        return cls(prefix, header, index, reader, idx_path, bin_path)
 
     def __reduce__(self):
         # A copy in another process (spawn workers) maps the files again, and only the very
@@ -436,109 +404,138 @@ class IndexedFile:
         return (_reopen, (self.prefix, self.idx_path, self.bin_path, opener,
                           self.identities if opener is None else None))
 
-    def check_index(self) -> None:
-        """FormatError if the mapped ``.idx`` shrank since it was opened (see the class doc)."""
-        check_mapped(self._idx_map, self.idx_size, self.idx_path)
+    def _table(self, offset: int, dtype: np.dtype, begin: int, end: int) -> np.ndarray:
+        """Items ``begin:end`` of the index's table of ``dtype`` at byte ``offset``."""
+        return self._index.read(offset + dtype.itemsize * begin, end - begin, dtype)
 
     def _validate(self) -> int:
         """Checks the whole index, a chunk of sequences at a time; returns the token count."""
         h, itemsize = self.header, self.dtype.itemsize
-        lengths, pointers, documents = self._lengths, self._pointers, self._documents
-        lengths_at = h.size
-        pointers_at = lengths_at + LENGTH_DTYPE.itemsize * h.num_sequences
-        documents_at = pointers_at + POINTER_DTYPE.itemsize * h.num_sequences
-
         tokens = 0  # before the chunk
+        previous = None  # the last pointer of the chunk before, for the message
         for begin in range(0, h.num_sequences, _VALIDATE_CHUNK):
-            chunk = lengths[begin:begin + _VALIDATE_CHUNK]
+            end = min(begin + _VALIDATE_CHUNK, h.num_sequences)
+            chunk = self._table(self._lengths_at, LENGTH_DTYPE, begin, end)
             if chunk.min() < 0:
                 i = begin + first_bad(chunk < 0)
-                raise FormatError(self.idx_path, f"sequence_lengths[{i}]", "a length >= 0", int(lengths[i]),
-                                  offset=lengths_at + 4 * i)
+                raise FormatError(self.idx_path, f"sequence_lengths[{i}]", "a length >= 0", int(chunk[i - begin]),
+                                  offset=self._lengths_at + 4 * i)
             # Pointers must be the running byte offsets of the lengths, starting at 0: that is
             # what both writers produce, and it keeps every read inside the .bin.
             expected = np.cumsum(chunk, dtype=np.int64)
             expected -= chunk
             expected += tokens
             expected *= itemsize
-            found = pointers[begin:begin + len(chunk)]
+            found = self._table(self._pointers_at, POINTER_DTYPE, begin, end)
             if not np.array_equal(found, expected):
                 k = first_bad(found != expected)
                 i = begin + k
-                hint = ("pointers are not increasing" if i and pointers[i] < pointers[i - 1]
+                before = found[k - 1] if k else previous
+                hint = ("pointers are not increasing" if i and found[k] < before
                         else "the pointer step does not match the previous sequence's length")
                 hint += f"; read as the {h.flavour.value} flavour, whose size the file has"
-                raise FormatError(self.idx_path, f"sequence_pointers[{i}]", int(expected[k]), int(pointers[i]),
-                                  offset=pointers_at + 8 * i, hint=hint)
+                raise FormatError(self.idx_path, f"sequence_pointers[{i}]", int(expected[k]), int(found[k]),
+                                  offset=self._pointers_at + 8 * i, hint=hint)
+            previous = found[-1]
             tokens += int(chunk.sum(dtype=np.int64))
         if self.bin_size != tokens * itemsize:
             raise FormatError(self.bin_path, "file size",
                               f"{tokens * itemsize} bytes ({tokens} tokens of {self.dtype.name} "
                               f"as {self.idx_path} says)", f"{self.bin_size} bytes")
-        if documents is not None:
-            if len(documents) == 0:
-                raise FormatError(self.idx_path, "document count", "at least 1 (documents + 1)", 0,
-                                  offset=PREAMBLE.size)
-            if documents[0] != 0:
-                raise FormatError(self.idx_path, "document_indices[0]", 0, int(documents[0]), offset=documents_at)
-            for begin in range(1, len(documents), _VALIDATE_CHUNK):
-                end = min(begin + _VALIDATE_CHUNK, len(documents))
-                falling = documents[begin:end] < documents[begin - 1:end - 1]
-                if falling.any():
-                    i = begin + first_bad(falling)
-                    raise FormatError(self.idx_path, f"document_indices[{i}]",
-                                      f">= document_indices[{i - 1}] = {int(documents[i - 1])}",
-                                      int(documents[i]), offset=documents_at + 8 * i, hint="not increasing")
-            if documents[-1] != h.num_sequences:
-                i = len(documents) - 1
-                raise FormatError(self.idx_path, f"document_indices[{i}]",
-                                  f"the sequence count {h.num_sequences}", int(documents[-1]),
-                                  offset=documents_at + 8 * i, hint="document index out of range")
+        if h.flavour is Flavour.MEGATRON:
+            self._validate_documents(h.document_count)
         return tokens
 
-    # --- the index's arrays, each checked against truncation when fetched ---------------
+    def _validate_documents(self, count: int) -> None:
+        at = self._documents_at
+        if count == 0:
+            raise FormatError(self.idx_path, "document count", "at least 1 (documents + 1)", 0, offset=PREAMBLE.size)
+        last = None  # the last entry of the chunk before
+        for begin in range(0, count, _VALIDATE_CHUNK):
+            chunk = self._table(at, DOCUMENT_INDEX_DTYPE, begin, min(begin + _VALIDATE_CHUNK, count))
+            if begin == 0 and chunk[0] != 0:
+                raise FormatError(self.idx_path, "document_indices[0]", 0, int(chunk[0]), offset=at)
+            steps = chunk if last is None else np.concatenate(([last], chunk))
+            falling = steps[1:] < steps[:-1]
+            if falling.any():
+                k = first_bad(falling)
+                i = begin + k + (0 if last is None else -1) + 1
+                raise FormatError(self.idx_path, f"document_indices[{i}]",
+                                  f">= document_indices[{i - 1}] = {int(steps[k])}", int(steps[k + 1]),
+                                  offset=at + 8 * i, hint="not increasing")
+            last = chunk[-1]
+        if last != self.num_sequences:
+            raise FormatError(self.idx_path, f"document_indices[{count - 1}]",
+                              f"the sequence count {self.num_sequences}", int(last),
+                              offset=at + 8 * (count - 1), hint="document index out of range")
+
+    # --- the index's arrays: copies, never views of the mapped file ---------------------
     @property
     def sequence_lengths(self) -> np.ndarray:
-        """Tokens per sequence (int32, a view of the index)."""
-        self.check_index()
+        """Tokens per sequence (int32, read-only): a copy of the index's, made once."""
+        if self._lengths is None:
+            lengths = self._table(self._lengths_at, LENGTH_DTYPE, 0, self.num_sequences)
+            # The file may have been rewritten in place since it was validated: the lengths
+            # must still be those that keep every read inside the .bin.
+            if len(lengths) and (lengths.min() < 0 or int(lengths.sum(dtype=np.int64)) != self._num_tokens):
+                raise FormatError(self.idx_path, "sequence_lengths", f"lengths >= 0 adding up to the "
+                                  f"{self._num_tokens} tokens validated on open", "other lengths",
+                                  offset=self._lengths_at, hint="the index was rewritten while in use; reopen it")
+            lengths.flags.writeable = False
+            self._lengths = lengths
         return self._lengths
 
     @property
     def sequence_pointers(self) -> np.ndarray:
-        """Byte offset of each sequence in the ``.bin`` (int64, a view of the index)."""
-        self.check_index()
-        return self._pointers
+        """Byte offset of each sequence in the ``.bin`` (int64, a new array)."""
+        return self._table(self._pointers_at, POINTER_DTYPE, 0, self.num_sequences)
 
     @property
     def document_indices(self) -> np.ndarray:
-        """Sequence ids where documents start, then the sequence count. A view of a Megatron
-        index; for fairseq (one sequence per document) ``0..N``, made when asked."""
-        if self._documents is None:
+        """Sequence ids where documents start, then the sequence count (int64, a new array;
+        for fairseq, one sequence per document, ``0..N``)."""
+        if self.flavour is not Flavour.MEGATRON:
             return np.arange(self.num_sequences + 1, dtype=np.int64)
-        self.check_index()
-        return self._documents
+        return self._table(self._documents_at, DOCUMENT_INDEX_DTYPE, 0, self.header.document_count)
 
     @property
     def sequence_modes(self) -> np.ndarray | None:
-        """Multimodal Megatron indexes only: the mode of each sequence."""
-        if self._modes is not None:
-            self.check_index()
-        return self._modes
+        """Multimodal Megatron indexes only: the mode of each sequence (a new array)."""
+        if not self.header.multimodal:
+            return None
+        return self._table(self._modes_at, MODE_DTYPE, 0, self.num_sequences)
 
     @property
     def sequence_starts(self) -> np.ndarray:
         """Token position of each sequence start, then the token count (int64, a new array of
-        ``N + 1``: reads compute the starts they need from the pointers instead)."""
-        starts = np.empty(self.num_sequences + 1, np.int64)
-        np.floor_divide(self.sequence_pointers, self.dtype.itemsize, out=starts[:-1])
-        starts[-1] = self._num_tokens
+        ``N + 1``: reads compute the starts they need instead)."""
+        starts = np.zeros(self.num_sequences + 1, np.int64)
+        np.cumsum(self.sequence_lengths, out=starts[1:])
+        return starts
+
+    def _starts_of(self, ids: np.ndarray) -> np.ndarray:
+        """Token positions where sequences ``ids`` (int64, each < N) start."""
+        if self._lengths is None:  # no copy yet: the pointers of just these sequences
+            pointers = self._index.entries(self._pointers_at, POINTER_DTYPE, ids)
+            starts = pointers // self.dtype.itemsize
+            bad = (pointers % self.dtype.itemsize != 0) | (starts < 0) | (starts > self._num_tokens)
+            if bad.any():  # validated on open: the file was rewritten in place since
+                k = first_bad(bad)
+                raise FormatError(self.idx_path, f"sequence_pointers[{int(ids[k])}]", "the pointer validated on open",
+                                  int(pointers[k]), offset=self._pointers_at + 8 * int(ids[k]),
+                                  hint="the index was rewritten while in use; reopen it")
+            return starts
+        if self._offsets is None:  # made at the first read after the copy (inspect needs none)
+            self._block_starts, self._offsets = _block_starts(self._lengths)
+        starts = self._block_starts[ids >> _BLOCK_BITS]
+        starts += self._offsets[ids]
         return starts
 
     def _start_of(self, sequence: int) -> int:
         """Token position where sequence ``sequence`` starts (the token count for N)."""
         if sequence >= self.num_sequences:
             return self._num_tokens
-        return int(self.sequence_pointers[sequence]) // self.dtype.itemsize
+        return int(self._starts_of(np.array([sequence], np.int64))[0])
 
     # --- sizes -----------------------------------------------------------------------
     @property
@@ -555,7 +552,7 @@ class IndexedFile:
 
     @property
     def num_documents(self) -> int:
-        return self.num_sequences if self._documents is None else len(self._documents) - 1
+        return self.num_sequences if self.flavour is not Flavour.MEGATRON else self.header.document_count - 1
 
     @property
     def num_tokens(self) -> int:
@@ -563,35 +560,47 @@ class IndexedFile:
 
     def document_lengths(self) -> np.ndarray:
         """Tokens per document (a document is a run of sequences): int64, or for fairseq (one
-        sequence a document) the int32 lengths themselves, a view: ``mmidx inspect`` of a
-        2**28-sequence index must not need gigabytes."""
-        if self._documents is None:
+        sequence a document) the int32 lengths themselves. Megatron's are made a chunk of
+        documents at a time from the pointers where they start: ``mmidx inspect`` of a
+        2**28-sequence index must not need gigabytes beyond its answer."""
+        if self.flavour is not Flavour.MEGATRON:
             return self.sequence_lengths
-        documents, pointers = self.document_indices, self.sequence_pointers
-        out = np.empty(len(documents) - 1, np.int64)
-        for begin in range(0, len(out), _VALIDATE_CHUNK):  # temporaries of a chunk, not of the index
-            chunk = documents[begin:begin + _VALIDATE_CHUNK + 1]
-            bounds = np.full(len(chunk), self._num_tokens * self.dtype.itemsize, np.int64)
+        out = np.empty(self.num_documents, np.int64)
+        count, itemsize = self.header.document_count, self.dtype.itemsize
+        for begin in range(0, len(out), _VALIDATE_CHUNK):
+            chunk = self._table(self._documents_at, DOCUMENT_INDEX_DTYPE, begin, min(begin + _VALIDATE_CHUNK + 1, count))
+            bounds = np.full(len(chunk), self._num_tokens * itemsize, np.int64)
             inside = chunk < self.num_sequences
-            bounds[inside] = pointers[chunk[inside]]
-            np.floor_divide(np.diff(bounds), self.dtype.itemsize, out=out[begin:begin + len(chunk) - 1])
+            bounds[inside] = self._index.entries(self._pointers_at, POINTER_DTYPE, chunk[inside])
+            np.floor_divide(np.diff(bounds), itemsize, out=out[begin:begin + len(chunk) - 1])
         return out
 
     # --- tokens ----------------------------------------------------------------------
     def sequence(self, i: int) -> np.ndarray:
-        """The tokens of sequence ``i`` (a view when memory-mapped)."""
+        """The tokens of sequence ``i``."""
         i = _check_index(i, self.num_sequences, "sequence", self.idx_path)
-        return self._bin.read(self._start_of(i), int(self.sequence_lengths[i]))
+        return self.read_pieces([i], [0], [self._lengths_of(np.array([i]))[0]])
 
     def document(self, i: int) -> np.ndarray:
         """The tokens of document ``i``: its sequences, which are contiguous in ``.bin``."""
         i = _check_index(i, self.num_documents, "document", self.idx_path)
         first, last = i, i + 1  # fairseq: one sequence per document
-        if self._documents is not None:
-            documents = self.document_indices
-            first, last = int(documents[i]), int(documents[i + 1])
+        if self.flavour is Flavour.MEGATRON:
+            first, last = self._index.entries(self._documents_at, DOCUMENT_INDEX_DTYPE, [i, i + 1]).tolist()
+            if not 0 <= first <= last <= self.num_sequences:  # validated on open: rewritten since
+                raise FormatError(self.idx_path, f"document_indices[{i}:{i + 2}]", "the entries validated on open",
+                                  [first, last], offset=self._documents_at + 8 * i,
+                                  hint="the index was rewritten while in use; reopen it")
         begin, end = self._start_of(first), self._start_of(last)
+        if not 0 <= begin <= end <= self._num_tokens:
+            raise FormatError(self.idx_path, f"document {i}", "a token range inside the .bin", [begin, end],
+                              hint="the index was rewritten while in use; reopen it")
         return self._bin.read(begin, end - begin)
+
+    def _lengths_of(self, ids) -> np.ndarray:
+        if self._lengths is not None:
+            return self._lengths[ids]
+        return self._index.entries(self._lengths_at, LENGTH_DTYPE, ids)
 
     def read_pieces(self, sequence_ids, offsets, lengths, out: np.ndarray | None = None) -> np.ndarray:
         """Tokens ``offsets[k] : offsets[k] + lengths[k]`` of sequence ``sequence_ids[k]``,
@@ -599,11 +608,17 @@ class IndexedFile:
 
         One vectorised bounds check, then one gather; never reads outside a sequence.
         """
+        known = self._lengths if self._lengths is not None else _LengthEntries(self)
         sequence_ids, offsets, lengths, out = check_pieces(
-            self.sequence_lengths, sequence_ids, offsets, lengths, out, self.dtype,
-            lambda k: f"sequence {k} of {self.idx_path}")
-        starts = self._pointers[sequence_ids]  # checked just above, by sequence_lengths
-        starts //= self.dtype.itemsize
+            known, sequence_ids, offsets, lengths, out, self.dtype, lambda k: f"sequence {k} of {self.idx_path}")
+        starts = self._starts_of(sequence_ids)
+        if self._lengths is None:  # lengths read from the file now: the pieces must still fit the .bin
+            bad = starts > self._num_tokens - offsets - lengths
+            if bad.any():
+                k = first_bad(bad)
+                raise FormatError(self.idx_path, f"sequence {int(sequence_ids[k])}", "a sequence inside the .bin",
+                                  f"tokens from {int(starts[k])} of {self._num_tokens}",
+                                  hint="the index was rewritten while in use; reopen it")
         starts += offsets
         self._bin.gather(starts, lengths, out)
         return out
@@ -611,6 +626,46 @@ class IndexedFile:
     def __repr__(self) -> str:
         return (f"IndexedFile({self.prefix!r}, flavour={self.flavour.value}, dtype={self.dtype.name}, "
                 f"sequences={self.num_sequences}, documents={self.num_documents}, tokens={self.num_tokens})")
+
+
+def _block_starts(lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(start of each block of 2**_BLOCK_BITS sequences, each sequence's distance from its
+    block's start): uint32 distances, or int64 in the rare index where a block spans 2**32
+    tokens or more. Made a chunk at a time: no temporary of 8 bytes a sequence."""
+    count, size = len(lengths), 1 << _BLOCK_BITS
+    block_starts = np.zeros(-(-count // size), np.int64)
+    offsets = np.empty(count, np.uint32)
+    before = 0  # tokens before the chunk
+    step = size << 10  # sequences per chunk: whole blocks
+    for begin in range(0, count, step):
+        chunk = lengths[begin:begin + step]
+        starts = np.cumsum(chunk, dtype=np.int64)
+        starts -= chunk
+        starts += before
+        blocks = block_starts[begin // size:begin // size + -(-len(chunk) // size)]
+        blocks[:] = starts[::size]
+        starts -= np.repeat(blocks, size)[:len(chunk)]
+        if starts.max() > np.iinfo(np.uint32).max:
+            offsets = np.zeros(count, np.int64)
+            np.cumsum(lengths[:-1], dtype=np.int64, out=offsets[1:])
+            return np.zeros_like(block_starts), offsets
+        offsets[begin:begin + len(chunk)] = starts
+        before += int(chunk.sum(dtype=np.int64))
+    return block_starts, offsets
+
+
+class _LengthEntries:
+    """The sequence lengths of an index whose copy is not made, read entry by entry: what
+    :func:`~mmidx_builder.source.check_pieces` needs for a few pieces of a large index."""
+
+    def __init__(self, indexed: IndexedFile):
+        self._indexed = indexed
+
+    def __len__(self) -> int:
+        return self._indexed.num_sequences
+
+    def __getitem__(self, ids):
+        return self._indexed._lengths_of(ids)
 
 
 def _reopen(prefix, idx_path, bin_path, opener, identities) -> IndexedFile:

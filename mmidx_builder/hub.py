@@ -12,7 +12,8 @@ The order matters and is the point of this module:
        and resumes an interrupted upload when the same call is run again
 
 Every refusal is a :class:`HubError` saying what to do next. ``dry_run`` stops after
-step 1 and prints what steps 3-4 would do, without touching the network.
+step 1 and prints what steps 3-4 would do, without touching the network; when the upload
+would stop over the folder or the card, it raises the same error.
 """
 
 from __future__ import annotations
@@ -216,7 +217,9 @@ def upload(directory: str | os.PathLike, repo_id: str, *, private: bool = False,
            api=None, echo: Callable[[str], None] = print) -> str | None:
     """Uploads ``directory`` to the dataset repo ``repo_id`` and returns its URL (None for
     a dry run). ``api`` is an ``HfApi`` (for another endpoint); by default one is made
-    with the token huggingface_hub finds. ``echo`` receives every line meant for the user."""
+    with the token huggingface_hub finds. ``echo`` receives every line meant for the user.
+    A dry run prints the plan, then raises the :class:`HubError` the upload would stop with
+    when the card cannot be made or written (a missing token is only reported)."""
     settings = dataclasses.replace(settings or CardSettings(), repo_id=repo_id)
     plan = plan_upload(directory, repo_id, settings)
     hub = _hub()
@@ -226,9 +229,14 @@ def upload(directory: str | os.PathLike, repo_id: str, *, private: bool = False,
         echo(plan.describe())
         echo("dry run: nothing written, nothing sent; token " + (
             "found" if token else "NOT found (a real upload would stop: run `hf auth login` or set HF_TOKEN)"))
-        return None
+    # A dry run stops where the upload would over the folder and its settings, with the same
+    # error (a non-zero exit from the CLI): a script that runs the dry run first must not go
+    # on to an upload that cannot work. A missing token is only reported: the documented way
+    # is a dry run first, then `hf auth login` and the upload.
     if plan.card_problem:
         raise HubError(f"the dataset card cannot be made, nothing was uploaded: {plan.card_problem}")
+    if dry_run:
+        return None
     if token is None:
         raise HubError("not logged in: run `hf auth login` or set HF_TOKEN to a token with write access "
                        "(nothing was uploaded)")

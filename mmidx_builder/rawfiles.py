@@ -42,11 +42,12 @@ from typing import IO, Callable, Sequence
 
 import numpy as np
 
-from ._io import file_identity, map_readonly, stat_identity
+from ._io import file_identity, stat_identity
 from .checks import check_int
 from .dtypes import raw_token_dtype
 from .errors import FormatError, ParameterError
-from .format import check_mapped, opened_size
+from .format import opened_size
+from .mapped import MappedFile, gather
 from .remote import read_ranges, remote_access_for
 from .source import check_pieces, combined_identity
 
@@ -54,10 +55,10 @@ N_BYTES_CHOICES = (1, 2, 3, 4)
 
 
 def _open_maps_limit() -> int:
-    """Memory maps kept open at once. Each holds a file descriptor (Python's mmap dups
-    it), so a folder of 100,000 files must stay within the descriptor limit, and the
-    kernel's map count (vm.max_map_count, 65,530 by default). Re-mapping a file costs
-    ~20 us, so keep as many as the limits comfortably allow."""
+    """Memory maps kept open at once. Each holds two file descriptors (mapped.py's own,
+    and the one Python's mmap dups), so a folder of 100,000 files must stay within the
+    descriptor limit, and the kernel's map count (vm.max_map_count, 65,530 by default).
+    Re-mapping a file costs ~20 us, so keep as many as the limits comfortably allow."""
     try:
         import resource  # POSIX only
         soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
@@ -65,7 +66,7 @@ def _open_maps_limit() -> int:
             soft = 16384
     except (ImportError, OSError, ValueError):
         soft = 1024
-    return max(32, min(4096, soft // 4))
+    return max(32, min(4096, soft // 8))
 
 
 _OPEN_MAPS = _open_maps_limit()
@@ -101,8 +102,8 @@ def _read_three(data: np.ndarray, planes: np.ndarray, start: int, stop: int, out
     """Tokens ``start:stop`` of a file of 3-byte tokens into ``out``.
 
     Each token is read as the 4-byte little-endian integer at its first byte (a strided,
-    unaligned view of the map, 3 bytes apart) with the fourth byte masked off: one pass,
-    no temporaries. A last token whose 4-byte read would leave the file goes by planes.
+    unaligned view of the bytes, 3 bytes apart) with the fourth byte masked off: one pass,
+    no temporaries. A last token whose 4-byte read would leave the bytes goes by planes.
     """
     inside = min(stop, (len(data) - 1) // 3)  # tokens j with 3j + 4 <= len(data)
     if inside > start:
@@ -123,7 +124,7 @@ def decode_bytes(data, n_bytes: int, out: np.ndarray) -> None:
     if full > len(out):
         raise ParameterError(f"{len(raw)} bytes hold more than the {len(out)} tokens asked for")
     if n_bytes == 3:
-        _combine_planes(raw[:full * 3].reshape(full, 3), out[:full])
+        _read_three(raw, raw[:full * 3].reshape(full, 3), 0, full, out[:full])
     else:
         # A view of the memory map in the byte order of the file, cast once into out.
         view = raw[:full * n_bytes].view(np.dtype(f"<u{n_bytes}"))
@@ -141,7 +142,8 @@ class RawFiles:
     """Files read as tokens of ``n_bytes`` bytes, each file followed by one EOF token.
 
     ``sequence_lengths[i]`` is the tokens of file ``i`` plus one. Local paths are memory
-    mapped (lazily, a bounded number at a time). Remote paths are read by remote.py (every
+    mapped (lazily, a bounded number at a time) and read through mapped.py: a file truncated
+    while in use is a FormatError, never SIGBUS. Remote paths are read by remote.py (every
     piece of a read fetched at once), through ``opener`` when it is a remote.RemoteAccess;
     another ``open``-like callable is used as it is, one ranged read per piece.
     """
@@ -181,8 +183,7 @@ class RawFiles:
         self.sequence_lengths = (self.file_tokens + 1).astype(np.int32)
         self.identity = combined_identity(f"raw-n_bytes={self.n_bytes}",
                                           self._identities or [file_identity(p) for p in self.paths])
-        self._sequence_ends = self.sequence_lengths.tolist()  # Python ints for the read loop
-        self._maps: collections.OrderedDict[int, np.ndarray] = collections.OrderedDict()
+        self._maps: collections.OrderedDict[int, MappedFile] = collections.OrderedDict()
         self._files: collections.OrderedDict[int, IO[bytes]] = collections.OrderedDict()
 
     def __getstate__(self):
@@ -218,56 +219,28 @@ class RawFiles:
         return int(self.sequence_lengths.sum(dtype=np.int64))
 
     # --- bytes -------------------------------------------------------------------------
-    def _map(self, i: int) -> np.ndarray:
-        return self._view(i)[0]
-
-    def _view(self, i: int) -> tuple[np.ndarray, np.ndarray, int | None]:
-        """(bytes, whole tokens, partial last token) of local file ``i``.
-
-        The whole tokens are a zero-copy view of the memory map: little-endian integers for
-        n_bytes 1, 2 and 4, a (tokens, 3) array of byte planes for 3.
-        """
-        entry = self._maps.get(i)
-        if entry is not None:
+    def _mapped(self, i: int) -> MappedFile:
+        """Local file ``i``, mapped and read through mapped.MappedFile: a file truncated while
+        in use is a FormatError, never SIGBUS. Kept open (a bounded number at a time)."""
+        mapped = self._maps.get(i)
+        if mapped is not None:
             self._maps.move_to_end(i)
-            return entry[:3]
-        size, n = int(self.file_sizes[i]), self.n_bytes
-        data = np.empty(0, np.uint8)
-        mapped = None
-        if size:  # mmap cannot map an empty file; an empty array reads the same
-            # Refused if another file was renamed over the listed one: its size is not the listed one.
-            mapped, now, _ = map_readonly(self.paths[i], self._identities[i] if self._identities else None)
-            if now < size:
-                raise FormatError(self.paths[i], "file size", f"{size} bytes", f"{now} bytes",
-                                  hint="the file shrank after it was listed")
-            data = np.frombuffer(mapped, np.uint8, size)
-        whole = size // n
-        tokens = data[:whole * n].reshape(whole, 3) if n == 3 else data[:whole * n].view(f"<u{n}")
-        partial = None
-        if whole * n < size:
-            padded = np.zeros(n, np.uint8)
-            padded[:size - whole * n] = data[whole * n:]
-            partial = int.from_bytes(padded.tobytes(), "little")
-        entry = self._maps[i] = (data, tokens, partial, mapped)
+            return mapped
+        size = int(self.file_sizes[i])
+        # Refused if another file was renamed over the listed one: its size is not the listed one.
+        mapped = MappedFile(self.paths[i], self._identities[i] if self._identities else None)
+        if mapped.size < size:
+            raise FormatError(self.paths[i], "file size", f"{size} bytes", f"{mapped.size} bytes",
+                              hint="the file shrank after it was listed")
+        self._maps[i] = mapped
         if len(self._maps) > _OPEN_MAPS:
             self._maps.popitem(last=False)
-        return entry[:3]
-
-    def _check_mapped(self, files) -> None:
-        """Each file about to be read still holds its bytes: a mapped file truncated while in
-        use kills the process with SIGBUS at the next read of a lost page (one ``fstat`` per
-        file per read, as for a ``.bin``: format.MemmapBinReader.check_size)."""
-        for i in dict.fromkeys(files):
-            self._view(i)
-            check_mapped(self._maps[i][3], int(self.file_sizes[i]), self.paths[i])
+        return mapped
 
     def _read_bytes(self, i: int, start: int, stop: int):
         """Bytes ``[start, stop)`` of file ``i`` (``stop`` within the file)."""
         if start == stop:
             return b""
-        if self._opener is None:
-            self._check_mapped([i])
-            return self._map(i)[start:stop]
         f = self._files.get(i)
         if f is None:
             f = self._files[i] = self._opener(self.paths[i], "rb")
@@ -295,49 +268,60 @@ class RawFiles:
         if self._access is not None:
             self._read_remote(sequence_ids, offsets, lengths, out)
         elif self._opener is None:
-            self._read_local(sequence_ids.tolist(), offsets.tolist(), lengths.tolist(), out)
+            self._read_local(sequence_ids, offsets, lengths, out)
         else:
             self._read_ranged(sequence_ids.tolist(), offsets.tolist(), lengths.tolist(), out)
         return out
 
+    def _byte_ranges(self, files, offsets, lengths):
+        """(last data token + 1, whether there is data, first byte, end byte) of each piece: a
+        piece is data tokens, then EOF when it reaches the end of its file."""
+        data_end = np.minimum(offsets + lengths, self.file_tokens[files])
+        return data_end, data_end > offsets, offsets * self.n_bytes, np.minimum(data_end * self.n_bytes,
+                                                                                 self.file_sizes[files])
+
     def _read_local(self, files, offsets, lengths, out) -> None:
-        self._check_mapped(files)
-        # The hot loop of concat sampling: one slice copy per piece from cached views.
-        position, eof, three, ends = 0, self.eof, self.n_bytes == 3, self._sequence_ends
-        for f, offset, length in zip(files, offsets, lengths):
-            if not length:
-                continue
-            target = out[position:position + length]
-            position += length
-            data, tokens, partial = self._view(f)
-            whole = len(tokens)
-            stop = offset + length
-            if offset < whole:
-                end = min(stop, whole)
-                if three:
-                    _read_three(data, tokens, offset, end, target[:end - offset])
-                else:
-                    np.copyto(target[:end - offset], tokens[offset:end], casting="unsafe")
-            # Past the whole tokens come the partial token (if any), then EOF.
-            if partial is not None and offset <= whole < stop:
-                target[whole - offset] = partial
-            if stop == ends[f]:
-                target[-1] = eof
+        """Every piece's bytes in one mapped.gather (copied by the kernel: a file truncated
+        meanwhile is an error, not SIGBUS), each at its tokens' place in a zeroed buffer, so
+        that a file's partial last token reads with zero high bytes; then decoded at once."""
+        n = self.n_bytes
+        data_end, has_data, starts, stops = self._byte_ranges(files, offsets, lengths)
+        counts = np.maximum(data_end - offsets, 0)  # data tokens of each piece
+        token_at = np.cumsum(counts) - counts
+        unique, which = np.unique(files[has_data], return_inverse=True)
+        mapped = [self._mapped(int(i)) for i in unique.tolist()]
+        total = int(counts.sum())
+        data = np.zeros(total * n + 1, np.uint8)  # + 1: the 4-byte reads of 3-byte tokens stay inside
+        gather(mapped, which, starts[has_data], (stops - starts)[has_data], data, at=token_at[has_data] * n)
+        if n == 3:  # each token the 4-byte word at its first byte, the fourth byte masked off
+            words = np.ndarray((total,), "<u4", buffer=data, strides=(3,))
+            tokens = np.bitwise_and(words, 0xFFFFFF, dtype=np.uint32)
+        else:
+            tokens = data[:total * n].view(f"<u{n}")
+        # ``out`` is the tokens in order with an EOF after each piece that reaches its file's end.
+        position = taken = 0
+        for eof in (np.cumsum(lengths) - 1)[(data_end < offsets + lengths) & (lengths > 0)].tolist():
+            np.copyto(out[position:eof], tokens[taken:taken + eof - position], casting="unsafe")
+            taken += eof - position
+            out[eof] = self.eof
+            position = eof + 1
+        np.copyto(out[position:], tokens[taken:], casting="unsafe")
 
     def _read_remote(self, files, offsets, lengths, out) -> None:
-        """Every piece's bytes in one remote.read_ranges call, then decoded as _read_ranged does."""
-        n = self.n_bytes
-        data_end = np.minimum(offsets + lengths, self.file_tokens[files])
-        has_data = data_end > offsets
-        stops = np.minimum(data_end * n, self.file_sizes[files])
-        pieces = iter(read_ranges(self._access, self._objects, files[has_data], offsets[has_data] * n,
-                                  stops[has_data]))
+        """Every piece's bytes in one remote.read_ranges call, then decoded as _read_local does."""
+        data_end, has_data, starts, stops = self._byte_ranges(files, offsets, lengths)
+        pieces = read_ranges(self._access, self._objects, files[has_data], starts[has_data], stops[has_data])
+        self._decode(offsets, lengths, data_end, has_data, iter(pieces), out)
+
+    def _decode(self, offsets, lengths, data_end, has_data, pieces, out) -> None:
+        """Each piece's bytes (the next of ``pieces`` when it has data) decoded into its place
+        in ``out``, and EOF where a piece reaches the end of its file."""
         ends = np.cumsum(lengths)
         for end, length, offset, stop, data in zip(ends.tolist(), lengths.tolist(), offsets.tolist(),
                                                    data_end.tolist(), has_data.tolist()):
             target = out[end - length:end]
             if data:
-                decode_bytes(next(pieces), n, target[:stop - offset])
+                decode_bytes(next(pieces), self.n_bytes, target[:stop - offset])
             if stop < offset + length:
                 target[max(stop - offset, 0):] = self.eof  # only ever the last token of a file
 

@@ -17,8 +17,8 @@ from typing import Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from ._io import replaced_error
-from .errors import ParameterError
+from ._io import file_identity, replaced_error
+from .errors import FormatError, ParameterError
 
 
 @runtime_checkable
@@ -206,5 +206,23 @@ def check_opened(source, expected: str) -> None:
             raise replaced_error(path, named[path], found)
 
 
-__all__ = ["Concatenated", "SequenceRange", "TokenSource", "check_opened", "check_pieces", "combined_identity",
-           "file_identities", "first_bad"]
+def check_still_named(source) -> None:
+    """FormatError unless the path of every local file ``source`` opened still names that very
+    file (inode, size, mtime, ctime): what :func:`check_opened` is to a process that opens the
+    files again by name, this is to one that inherited them open (a fork DataLoader worker),
+    so that a pair replaced since is refused by both alike."""
+    for opened in file_identities(source):
+        path = _identity_path(opened)
+        if path is None:
+            continue
+        try:
+            now = file_identity(path)
+        except FileNotFoundError:
+            raise FormatError(path, "file", "the file opened first", "no such file",
+                              hint="the file was removed or renamed since the dataset was opened") from None
+        if now != opened:
+            raise replaced_error(path, opened, now)
+
+
+__all__ = ["Concatenated", "SequenceRange", "TokenSource", "check_opened", "check_pieces", "check_still_named",
+           "combined_identity", "file_identities", "first_bad"]

@@ -266,6 +266,16 @@ def test_a_hub_card_reads_its_argument_file_from_the_repo_and_cannot_leave_it(lo
             load_dataset("me/evil", cache_dir=str(tmp_path / "c"), split="train")
 
 
+def test_a_hub_card_datasets_cannot_read_is_a_parameter_error_naming_the_repo(local_hub, tmp_path):
+    """``features: 5`` in a Hub repo's card: datasets reads the card before any builder runs."""
+    local_hub.commit("me/features", _repo_files(tmp_path, "  data_files: data/*.bin\n  seq_length: 8\n  features: 5\n"))
+    with pytest.raises(ParameterError) as error:
+        load_dataset("me/features", cache_dir=str(tmp_path / "c"), split="train", streaming=True)
+    assert str(error.value) == ("README.md of the Hub dataset me/features: the dataset card's front matter: configs[0] "
+                                "(config_name 'default') features: expected datasets' YAML features (a list of "
+                                "mappings with a name and a dtype), found int 5")
+
+
 @pytest.mark.parametrize("with_card", [True, False])
 def test_a_relative_folder_with_relative_prefixes_is_joined_once(tmp_path, monkeypatch, with_card):
     """Issue 20 item 4: ``load_dataset("card", data_path=[...])`` run from the folder's parent."""

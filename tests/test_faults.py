@@ -279,12 +279,13 @@ def test_a_damaged_index_cache_is_rebuilt_not_used(tmp_path):
     np.testing.assert_array_equal(again.shuffle_index, good.shuffle_index)
 
 
-def test_upload_dry_run_of_a_small_folder_shows_the_plan_and_the_problem(tmp_path, capsys):
+def test_upload_dry_run_of_a_small_folder_shows_the_plan_and_the_problem(tmp_path, capsys, monkeypatch):
     from mmidx_builder.cli import main
 
+    monkeypatch.setenv("HF_TOKEN", "hf_aTokenSoThatOnlyTheCardStopsIt00")  # no request is made
     write_documents(tmp_path / "train", [[1, 2, 3]] * 10, dtype=np.uint16)
-    assert main(["upload", str(tmp_path), "--repo-id", "me/tokens", "--dry-run"]) == 0
-    out = capsys.readouterr().out
-    assert "train.bin" in out and "pass --seq-length" in out
+    assert main(["upload", str(tmp_path), "--repo-id", "me/tokens", "--dry-run"]) == 1  # the upload would stop
+    out, err = capsys.readouterr()
+    assert "train.bin" in out and "pass --seq-length" in out and "pass --seq-length" in err
     assert main(["upload", str(tmp_path), "--repo-id", "me/tokens", "--dry-run", "--seq-length", "4"]) == 0
     assert "cannot be made" not in capsys.readouterr().out

@@ -301,15 +301,20 @@ def test_empty_file_round_trips(tmp_path):
         assert indexed.read_pieces([], [], []).size == 0
 
 
-def test_tokens_are_zero_copy_views_of_the_bin(tmp_path):
+def test_tokens_and_index_arrays_are_copies_never_views_of_a_map(tmp_path):
+    """A view of a mapped file would fault (SIGBUS) if the file were truncated while the
+    caller still held it: every array handed out is its own."""
     prefix = write_documents(tmp_path / "v", [[1, 2, 3], [4, 5]], dtype=np.uint16)
     indexed = IndexedFile.open(prefix)
-    tokens = indexed._bin.tokens
-    mapped = tokens.base.obj  # numpy -> memoryview -> the mmap of the .bin
-    assert isinstance(mapped, mmap.mmap) and mapped[:] == open(prefix + ".bin", "rb").read()
-    for view in (indexed.sequence(1), indexed.document(0)):
-        assert np.shares_memory(view, tokens)
-        assert not view.flags.writeable
+    arrays = [indexed.sequence(1), indexed.document(0), indexed.read_pieces([0], [1], [2]), indexed.sequence_lengths,
+              indexed.sequence_pointers, indexed.document_indices, indexed.sequence_starts]
+    for array in arrays:
+        base = array
+        while base is not None and not isinstance(base, mmap.mmap):
+            base = getattr(base, "base", None) if not isinstance(base, memoryview) else base.obj
+        assert base is None, array
+    assert [a.tolist() for a in arrays[:3]] == [[4, 5], [1, 2, 3], [2, 3]]
+    assert not indexed.sequence_lengths.flags.writeable  # kept, and shared by every caller
 
 
 def test_pickling_maps_the_bin_again_instead_of_copying_it(tmp_path):
@@ -397,12 +402,20 @@ def _random_pieces(rng, starts, count):
     return ids, offsets, lengths
 
 
-@pytest.mark.parametrize("path", ["loop", "fancy"])
+@pytest.mark.parametrize("lengths", ["entries", "copied"])
+@pytest.mark.parametrize("path", ["process_vm_readv", "pread"])
 @pytest.mark.parametrize("opener", [None, open])
-def test_read_pieces_matches_slicing(gather_file, monkeypatch, path, opener):
+def test_read_pieces_matches_slicing(gather_file, monkeypatch, path, opener, lengths):
+    """Both ways mapped.py reads a local file, before and after the lengths are copied (the
+    starts of the pieces come from the index's pointers, then from the copied lengths)."""
+    from mmidx_builder import mapped
+
     prefix, tokens, starts = gather_file
-    monkeypatch.setattr(fmt, "_LOOP_MIN_MEAN_RUN", 0 if path == "loop" else 10**9)
+    if path == "pread":
+        monkeypatch.setattr(mapped, "_READV", None)
     indexed = IndexedFile.open(prefix, opener=opener)
+    if lengths == "copied":
+        indexed.sequence_lengths
     rng = np.random.default_rng(1)
     for count in (0, 1, 2, 5, 40):
         ids, offsets, lengths = _random_pieces(rng, starts, count)
@@ -416,9 +429,8 @@ def test_read_pieces_matches_slicing(gather_file, monkeypatch, path, opener):
 
 @pytest.mark.parametrize("dtype", [np.uint8, np.int16, np.int32, np.int64, np.float64])
 def test_slice_copies_of_every_dtype_into_any_out(tmp_path, monkeypatch, dtype):
-    # The loop path copies bytes when `out` has the file's dtype and is contiguous, and falls
-    # back to numpy's casting slice assignment otherwise; both must give the slices' values.
-    monkeypatch.setattr(fmt, "_LOOP_MIN_MEAN_RUN", 0)
+    # Bytes are copied straight into `out` when it has the file's dtype and is contiguous, and
+    # through a temporary otherwise (numpy's casting assignment); both give the slices' values.
     rng = np.random.default_rng(11)
     lengths = rng.integers(0, 90, size=30)
     tokens = rng.integers(0, 120, size=int(lengths.sum())).astype(dtype)
@@ -484,3 +496,20 @@ def test_fractional_float_ids_are_refused(tmp_path):
         with IndexedFileWriter(tmp_path / "f", dtype=np.uint16) as writer:
             writer.add_document(np.array([1.0, 2.5]))
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("lengths", ["random", "a block spans 2**32 tokens"])
+def test_the_starts_kept_beside_the_copied_lengths_are_the_running_sums(monkeypatch, lengths):
+    """Blocks of 4 sequences and chunks of 4,096, so that 10,001 sequences cross both; a block
+    that spans 2**32 tokens or more keeps int64 starts instead of uint32 distances."""
+    monkeypatch.setattr(fmt, "_BLOCK_BITS", 2)
+    rng = np.random.default_rng(5)
+    values = rng.integers(0, 1000, 10_001).astype(np.int32)
+    if lengths != "random":
+        values[4100:4104] = 2**31 - 1
+    blocks, offsets = fmt._block_starts(values)
+    expected = np.cumsum(values, dtype=np.int64) - values
+    ids = np.arange(len(values))
+    np.testing.assert_array_equal(blocks[ids >> 2] + offsets[ids], expected)
+    assert offsets.dtype == (np.uint32 if lengths == "random" else np.int64)
+    assert fmt._block_starts(np.zeros(0, np.int32))[1].size == 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -78,6 +79,8 @@ BROKEN_FRONT_MATTER = {
     "not UTF-8": (b"---\nlicense: \xff\xfe\n---\nbody\n", "not UTF-8"),
     "configs: 5": (b"---\nconfigs: 5\n---\nbody\n", "front matter"),
     "configs of numbers": (b"---\nconfigs: [1, 2]\n---\nbody\n", "front matter"),
+    "features: 5": (b"---\nconfigs:\n- config_name: default\n  features: 5\n---\nbody\n",
+                    "configs[0] (config_name 'default') features: expected datasets' YAML features"),
     "a broken settings comment": (b"---\nlicense: mit\n---\n<!-- mmidx card settings: {not json} -->\n",
                                   "settings"),
     "a settings comment of wrong types": (
@@ -100,14 +103,11 @@ def test_a_broken_readme_is_one_line_not_a_traceback(tmp_path, case, command):
     assert "README.md" in output and said in output
     assert "PWNED" not in result.stdout.replace("echo PWNED", "")
     assert (tmp_path / "README.md").read_bytes() == readme  # nothing rewritten
-    if command == "card":
-        assert result.returncode == 1
-    else:
+    assert result.returncode == 1
+    if command == "upload":
         assert "an upload would stop" in output
 
 
-# (``features: 5`` is refused by datasets itself, with its own TypeError, while it reads the card
-# and before it picks a builder: out of our reach.)
 @pytest.mark.parametrize("setting, value", [("add_extra_token", "'no'"), ("add_extra_token", "'false'"),
                                             ("document_structure", "1"), ("seq_length", "'8'"),
                                             ("num_shards", "[1]"), ("seed", "1.5"), ("dtype", "5")])
@@ -120,6 +120,37 @@ def test_a_card_setting_of_the_wrong_type_is_a_parameter_error(tmp_path, setting
         f"  seq_length: 8\n  {setting}: {value}\n---\n")
     with pytest.raises(ParameterError, match=setting):
         load_dataset(str(tmp_path / "data"), cache_dir=str(tmp_path / "c"), split="train")
+
+
+# Cards datasets itself cannot read (it parses `configs:` and `dataset_info:` before it picks a
+# builder): one ParameterError naming the card, the config, the setting, expected and found.
+CONFIG = "configs:\n- config_name: default\n  data_files: train.bin\n  seq_length: 8\n"
+FEATURES = r"features: expected datasets' YAML features \(a list of mappings with a name and a dtype\), found"
+UNREADABLE_CARDS = {  # front matter, what the error says after the card's name
+    "features: 5": (CONFIG + "  features: 5\n", rf"configs\[0\] \(config_name 'default'\) {FEATURES} int 5$"),
+    "features of numbers": (CONFIG + "  features: [1, 2]\n",
+                            rf"configs\[0\] \(config_name 'default'\) {FEATURES} list \[1, 2\]"),
+    "a feature of a number": (CONFIG + "  features: {input_ids: 5}\n",
+                              rf"configs\[0\] \(config_name 'default'\) {FEATURES} dict \{{'input_ids': 5\}}"),
+    "config_name: 5": (CONFIG.replace("default", "5"), r"configs\[0\] config_name: expected a string, found int 5$"),
+    "dataset_info features: 5": (CONFIG + "dataset_info:\n  features: 5\n", rf"dataset_info {FEATURES} int 5$"),
+    "configs: 5": ("configs: 5\n", r"configs: expected a list of configs \(mappings with a config_name\), found int 5$"),
+}
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+@pytest.mark.parametrize("case", sorted(UNREADABLE_CARDS))
+def test_a_card_datasets_cannot_read_is_a_parameter_error_naming_the_card(tmp_path, case, streaming):
+    from mmidx_builder.errors import ParameterError
+
+    _pair(tmp_path / "data")
+    (tmp_path / "data" / "README.md").write_text("---\n" + UNREADABLE_CARDS[case][0] + "---\n")
+    readme = str(tmp_path / "data" / "README.md")
+    with pytest.raises(ParameterError) as error:
+        load_dataset(str(tmp_path / "data"), cache_dir=str(tmp_path / "c"), split="train", streaming=streaming)
+    said = str(error.value)
+    assert said.startswith(f"{readme}: the dataset card's front matter: "), said
+    assert re.search(UNREADABLE_CARDS[case][1], said), said
 
 
 # --- item 13: a card for names with glob characters -------------------------------------------
@@ -204,11 +235,50 @@ def test_a_read_only_folder_is_a_problem_of_the_dry_run_and_stops_the_upload(tmp
     folder = tmp_path / "shared"
     _pair(folder)
     lines = []
+    stop = "the dataset card cannot be made, nothing was uploaded.*not writable"
     with _read_only(folder):
-        hub.upload(folder, "me/tokens", dry_run=True, settings=CardSettings(seq_length=8), echo=lines.append)
-        with pytest.raises(HubError, match="the dataset card cannot be made, nothing was uploaded.*not writable"):
+        # The dry run prints its plan, then fails as the upload does, with the same error.
+        with pytest.raises(HubError, match=stop):
+            hub.upload(folder, "me/tokens", dry_run=True, settings=CardSettings(seq_length=8), echo=lines.append)
+        with pytest.raises(HubError, match=stop):
             hub.upload(folder, "me/tokens", settings=CardSettings(seq_length=8), echo=lines.append)
     assert "an upload would stop" in lines[0] and "not writable" in lines[0]
+    assert sorted(os.listdir(folder)) == ["train.bin", "train.idx"]
+
+
+def test_a_dry_run_that_finds_the_upload_would_stop_exits_non_zero_as_the_upload_does(tmp_path, monkeypatch):
+    """hub_upload.py and `mmidx upload`, dry and real, in a child process each: a dry run that
+    finds the upload would stop over the folder or its card exits 1 with the upload's own error."""
+    repository = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    folder = tmp_path / "shared"
+    _pair(folder)
+
+    def run(*command, token=True):
+        env = {k: v for k, v in os.environ.items() if k not in ("HF_TOKEN", "HF_HUB_OFFLINE")}
+        env.update(HF_HOME=str(tmp_path / "hf-home"), HF_HUB_OFFLINE="1")  # no stored token; a real upload fails offline
+        if token:
+            env["HF_TOKEN"] = "hf_aTokenSoThatOnlyTheFolderStopsIt0"
+        done = subprocess.run([sys.executable, *command], capture_output=True, text=True, env=env, cwd=repository,
+                              timeout=DEADLINE)
+        return done.returncode, done.stderr.strip().splitlines()[-1:]
+
+    hub_upload = [os.path.join(repository, "hub_upload.py")]
+    cli = ["-m", "mmidx_builder.cli", "upload"]
+    for command in (hub_upload, cli):
+        base = [*command, str(folder), "--repo-id", "me/tokens"]
+        assert run(*base, "--dry-run", "--seq-length", "8")[0] == 0  # nothing stops it
+        code, error = run(*base, "--dry-run")  # the default seq_length 2048 is longer than the split
+        assert code == 1 and "the dataset card cannot be made, nothing was uploaded" in error[0], error
+        assert run(*base) == (1, error)  # the upload stops with the very same line
+        # No token: the dry run says so and passes (the documented way is a dry run, then
+        # `hf auth login`); the upload stops.
+        assert run(*base, "--dry-run", "--seq-length", "8", token=False)[0] == 0
+        code, error = run(*base, "--seq-length", "8", token=False)
+        assert code == 1 and "not logged in" in error[0], error
+        with _read_only(folder):
+            code, error = run(*base, "--dry-run", "--seq-length", "8")
+            assert code == 1 and "nothing was uploaded" in error[0] and "not writable" in error[0], error
+            assert run(*base, "--seq-length", "8") == (1, error)
     assert sorted(os.listdir(folder)) == ["train.bin", "train.idx"]
 
 

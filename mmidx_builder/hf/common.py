@@ -45,7 +45,7 @@ from ..errors import MissingPartnerError, ParameterError
 from ..checks import check_bool, check_int  # (below the lines other branches move)
 from ..format import check_partners, split_prefix
 from ..remote import RemoteAccess
-from ..source import check_opened
+from ..source import check_opened, check_still_named
 from . import registry
 from .readahead import ReadAhead, ShardReadAhead
 from .registry import cache_root, record_checksums
@@ -232,6 +232,7 @@ class OpenedSplit:
         self.table = table
         self.files = tuple(files)
         self.source = source
+        self.process = None  # the process that opened or last checked the files (opened_split)
         self._makers = {}
         self._lock = threading.Lock()
 
@@ -255,16 +256,32 @@ class OpenedSplit:
             return self._makers[key]
 
 
-@functools.lru_cache(maxsize=8)
 def opened_split(open_plan, plan: Plan, opener) -> OpenedSplit:
     """``open_plan(plan, opener)``, kept per process: streaming calls the table generator once
     per shard, and opening the files and validating the indices each time would dominate.
-    Keyed by the plan, which holds the files' identity: a changed file is a new entry."""
+    Keyed by the plan, which holds the files' identity: a changed file is a new entry.
+
+    A process that starts reading a split checks that its files are still the ones the plan
+    was made from, whatever its start method: a spawn worker opens them again by name
+    (:func:`_opened_split`); a fork worker inherits the ones its parent opened, and checks
+    that their paths still name them. Either way a pair replaced since the plan is the same
+    FormatError, never the old pair in one kind of worker and a refusal in the other."""
+    opened = _opened_split(open_plan, plan, opener)
+    if opened.process != os.getpid():  # inherited through fork
+        for token_file in opened.files:
+            check_still_named(token_file)
+        opened.process = os.getpid()
+    return opened
+
+
+@functools.lru_cache(maxsize=8)
+def _opened_split(open_plan, plan: Plan, opener) -> OpenedSplit:
     opened = open_plan(plan, opener)
     for token_file in opened.files:
         # The very files the plan was made from, also in a process that opens them again (a
         # spawn worker): a pair replaced since would serve its tokens under the old row count.
         check_opened(token_file, plan.identity)
+    opened.process = os.getpid()
     return opened
 
 
@@ -327,8 +344,13 @@ class BaseBuilder(datasets.ArrowBasedBuilder):
         return builder_config, config_id
 
     def _remote(self) -> RemoteAccess:
-        """How remote files are read (remote.py): datasets' storage options and token, the cache."""
-        return registry.remote_access(self, self.config.remote_cache_dir, self.config.max_remote_cache_bytes)
+        """How remote files are read (remote.py): datasets' storage options and token, the cache.
+        Made once per builder: a stream asks for it at every shard (960 times a pass), and
+        resolving the options of every protocol took ~15% of a local stream's time."""
+        if getattr(self, "_remote_access", None) is None:
+            self._remote_access = registry.remote_access(self, self.config.remote_cache_dir,
+                                                         self.config.max_remote_cache_bytes)
+        return self._remote_access
 
     @staticmethod
     def _identity_paths(config) -> list[str]:

@@ -153,9 +153,102 @@ def _pairs_make_a_folder_ours(load) -> None:
     load.infer_module_for_data_files = infer_module_for_data_files
 
 
+# --- a dataset card datasets cannot read: one typed error naming the card -------------------
+
+_FEATURES_EXPECTED = "datasets' YAML features (a list of mappings with a name and a dtype)"
+
+
+def _shown(value) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 80 else text[:77] + '...'}"
+
+
+def _front_matter_problem(data, field: str) -> str | None:
+    """What is wrong with the types in the card's ``field`` (``configs`` or ``dataset_info``),
+    if anything: the entry, the setting, what was expected and what was found."""
+    from datasets.features import Features
+
+    value = data.get(field)
+    if not value:
+        return None
+    if field == "configs" and not isinstance(value, list):
+        return f"configs: expected a list of configs (mappings with a config_name), found {_shown(value)}"
+    entries = value if isinstance(value, list) else [value]
+    for i, entry in enumerate(entries):
+        where = f"{field}[{i}]" if isinstance(value, list) else field
+        if not isinstance(entry, dict):
+            return f"{where}: expected a mapping of settings, found {_shown(entry)}"
+        name = entry.get("config_name")
+        if name is not None and not isinstance(name, str):
+            return f"{where} config_name: expected a string, found {_shown(name)}"
+        if name is not None:
+            where += f" (config_name {name!r})"
+        features = entry.get("features")
+        if features is not None:
+            if not isinstance(features, (list, dict)):
+                return f"{where} features: expected {_FEATURES_EXPECTED}, found {_shown(features)}"
+            try:
+                Features._from_yaml_list(features)
+            except (TypeError, ValueError, KeyError, AttributeError) as bad:
+                return f"{where} features: expected {_FEATURES_EXPECTED}, found {_shown(features)} ({bad})"
+    return None
+
+
+def _typed_card_errors(load) -> None:
+    """datasets reads a card's ``configs`` and ``dataset_info`` itself, before it picks a
+    builder, and a setting of the wrong type stops it with a bare error (``features: 5``:
+    "TypeError: Expected a dict or a list but got <class 'int'>: 5"). Here that is one
+    ParameterError naming the card, the config, the setting, what was expected and what was
+    found. datasets' two parsers are wrapped (they are classmethods, called through their
+    classes), and the module factories that read a card put its name in front."""
+    from datasets.info import DatasetInfosDict
+    from datasets.utils.metadata import MetadataConfigs
+
+    from ..errors import ParameterError
+
+    for cls, field in ((MetadataConfigs, "configs"), (DatasetInfosDict, "dataset_info")):
+        parse = cls.__dict__["from_dataset_card_data"].__func__
+        if getattr(parse, "_mmidx", False):
+            continue
+
+        def checked(klass, data, _parse=parse, _field=field):
+            problem = _front_matter_problem(data, _field)
+            if problem is None:
+                try:
+                    return _parse(klass, data)
+                except (TypeError, ValueError, KeyError, AttributeError) as error:  # datasets' own words, one line
+                    problem = f"{_field}: {type(error).__name__}: {' '.join(str(error).split())[:200]}"
+            error = ParameterError(f"the dataset card's front matter: {problem}")
+            error.card_problem = str(error)
+            raise error
+
+        checked._mmidx = True
+        cls.from_dataset_card_data = classmethod(checked)
+
+    readmes = {"LocalDatasetModuleFactory": lambda f: os.path.join(f.path, "README.md"),
+               "HubBucketDatasetModuleFactory": lambda f: f"{f.path}/README.md",
+               "HubDatasetModuleFactory": lambda f: f"README.md of the Hub dataset {f.name}"}
+    for name, readme in readmes.items():
+        factory = getattr(load, name, None)
+        if factory is None or getattr(factory.get_module, "_mmidx", False):
+            continue
+
+        def get_module(self, _original=factory.get_module, _readme=readme):
+            try:
+                return _original(self)
+            except ParameterError as error:
+                if not getattr(error, "card_problem", None):
+                    raise
+                raise ParameterError(f"{_readme(self)}: {error.card_problem}") from None
+
+        get_module._mmidx = True
+        factory.get_module = get_module
+
+
 def _hook_load(load) -> None:
     _no_folder_scan_for_our_names(load)
     _pairs_make_a_folder_ours(load)
+    _typed_card_errors(load)
 
 
 # module imported by datasets -> what to do right after it has run

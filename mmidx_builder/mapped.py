@@ -1,0 +1,286 @@
+"""Reading local files that another process may truncate meanwhile, without SIGBUS.
+
+A memory map is the fast way to read a large file at random places, but reading a page of a
+map whose file was truncated below it kills the process with SIGBUS (exit -7, no message,
+no traceback). A size check before each read narrows that window and cannot close it: the
+truncation can come between the check and the copy, or while a read-ahead thread copies.
+So nothing in this package touches a mapped page itself. Every read of a local ``.bin``,
+``.idx`` or raw file is a list of byte runs that the kernel copies into an array of ours:
+
+* ``process_vm_readv`` on this very process, reading the map's own addresses: one system
+  call for up to 1,024 runs, and where a page was truncated away the kernel ends the copy
+  there and reports it (a short count, EFAULT) instead of signalling. It costs ~0.35 us a
+  run more than a ``memcpy`` from the map (``benchmarks/bench_format.py``), so runs close
+  together are copied as a few stretches of the file and taken apart with numpy;
+* ``pread`` on the file's descriptor, one call per run, where ``process_vm_readv`` is
+  missing or refused (not Linux, a seccomp filter): slower, just as safe.
+
+A run the file no longer holds is a :class:`FormatError` naming the file, the byte offset
+and the size the file has now ("truncated while in use"); so is one that a truncation inside
+its page turned into zeros (the file's size is checked after each copy). No view of a map is
+handed out: every array a caller gets is its own, so nothing read here can fault later.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import mmap
+import os
+import threading
+
+import numpy as np
+
+from ._io import open_regular, replaced_error, stat_identity
+from .errors import FormatError
+
+# The kernel's UIO_MAXIOV: runs per process_vm_readv call.
+_RUNS_PER_CALL = 1024
+
+
+def _process_vm_readv():
+    """libc's ``process_vm_readv`` as a ctypes function, or None where there is none."""
+    if ctypes.sizeof(ctypes.c_void_p) != 8:
+        return None  # the iovec arrays below are pairs of 64-bit words
+    try:
+        function = ctypes.CDLL(None, use_errno=True).process_vm_readv
+    except (AttributeError, OSError):
+        return None
+    function.restype = ctypes.c_ssize_t
+    function.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_void_p, ctypes.c_ulong,
+                         ctypes.c_ulong]
+    return function
+
+
+_READV = _process_vm_readv()
+# Errors that say the call cannot be used here (rather than that a page was lost): from then
+# on every read takes the pread path.
+_UNUSABLE = {errno.ENOSYS, errno.EPERM, errno.EACCES, errno.EINVAL}
+
+
+class MappedFile:
+    """A local regular file, mapped, read only through :meth:`gather` (see the module doc).
+
+    ``expected_identity`` (what :func:`~mmidx_builder._io.stat_identity` said of the file when
+    it was first opened) refuses another file at the path since. Pickling (worker processes)
+    opens the file again by name, refusing it if it is not the same file.
+    """
+
+    def __init__(self, path: str | os.PathLike, expected_identity: str | None = None):
+        self.path = os.fspath(path)
+        with open_regular(self.path) as f:  # a FIFO in a file's place would block a plain open
+            self._fd = os.dup(f.fileno())
+        try:
+            stat = os.fstat(self._fd)
+            self.identity = stat_identity(self.path, stat)
+            if expected_identity is not None and self.identity != expected_identity:
+                raise replaced_error(self.path, expected_identity, self.identity)
+            self.size = stat.st_size
+            self._map = None
+            self._address = 0
+            if self.size and _READV is not None:
+                try:
+                    self._map = mmap.mmap(self._fd, 0, access=mmap.ACCESS_READ)
+                except ValueError:  # emptied since the fstat: mmap cannot map an empty file
+                    self._map = None
+                # What was mapped is what the file holds for this opening (callers check sizes).
+                self.size = len(self._map) if self._map is not None else 0
+                if self._map is not None:
+                    self._address = np.frombuffer(self._map, np.uint8).ctypes.data
+        except BaseException:
+            fd, self._fd = self._fd, None
+            os.close(fd)
+            raise
+
+    def __getstate__(self):
+        return {"path": self.path, "identity": self.identity}
+
+    def __setstate__(self, state):
+        self.__init__(state["path"], state["identity"])
+
+    def __del__(self):
+        fd = getattr(self, "_fd", None)
+        if fd is not None:
+            self._fd = None
+            os.close(fd)
+
+    def now(self) -> int:
+        """The size the file has now (an ``fstat`` of the open file, not of the path)."""
+        return os.fstat(self._fd).st_size
+
+    def read(self, offset: int, count: int, dtype) -> np.ndarray:
+        """``count`` items of ``dtype`` from byte ``offset``: a new array."""
+        out = np.empty(count, dtype)
+        gather([self], None, np.array([offset], np.int64), np.array([out.nbytes], np.int64), out)
+        return out
+
+    def entries(self, offset: int, dtype, ids) -> np.ndarray:
+        """Items ``ids`` of the table of ``dtype`` that starts at byte ``offset``: a new array."""
+        ids = np.asarray(ids, np.int64)
+        dtype = np.dtype(dtype)
+        out = np.empty(ids.shape, dtype)
+        starts = ids.reshape(-1) * dtype.itemsize
+        starts += offset
+        gather([self], None, starts, np.full(starts.size, dtype.itemsize, np.int64), out)
+        return out
+
+
+def gather(files, which, starts, lengths, out: np.ndarray, at=None) -> None:
+    """Copies byte run ``k`` (``lengths[k]`` bytes from byte ``starts[k]`` of
+    ``files[which[k]]``, or of ``files[0]`` when ``which`` is None) into ``out`` (a
+    C-contiguous, writable array): at byte ``at[k]`` of it, or when ``at`` is None one run
+    after another, filling ``out`` exactly. Runs that continue each other in one file (and
+    in ``out``) are copied as one."""
+    starts = np.asarray(starts, np.int64)
+    lengths = np.asarray(lengths, np.int64)
+    if len(starts) == 0:
+        return
+    stops = starts + lengths
+    packed = at is None
+    if packed:
+        at = np.cumsum(lengths)
+        fits = int(at[-1]) == out.nbytes
+        at -= lengths
+    else:
+        at = np.asarray(at, np.int64)
+        fits = at.min() >= 0 and int((at + lengths).max()) <= out.nbytes
+    if not (fits and out.flags.c_contiguous and out.flags.writeable):
+        raise ValueError("gather needs a C-contiguous, writable out that holds the runs")
+    if which is not None:
+        which = np.asarray(which, np.int64)
+    # Every run inside its file as opened: a run past it would make process_vm_readv copy
+    # whatever memory follows the map, so this is checked here, not only by the callers.
+    limits = files[0].size if which is None else np.array([f.size for f in files], np.int64)[which]
+    if starts.min() < 0 or (stops.max() > limits if which is None else (stops > limits).any()):
+        k = int(np.flatnonzero((starts < 0) | (stops > limits))[0])
+        f = files[int(which[k]) if which is not None else 0]
+        raise FormatError(f.path, "byte range", f"a range within the {f.size} bytes of the file",
+                          f"{int(lengths[k])} bytes at byte {int(starts[k])}", offset=int(starts[k]))
+    if len(starts) > 1:
+        # One run for neighbours: consecutive sequences of a document, a file read in order.
+        breaks = starts[1:] != stops[:-1]
+        if not packed:
+            breaks |= at[1:] != at[:-1] + lengths[:-1]
+        if which is not None:
+            breaks |= which[1:] != which[:-1]
+        ends = np.flatnonzero(breaks)
+        if len(ends) < len(starts) - 1:
+            first = np.concatenate(([0], ends + 1))
+            starts, stops, at = starts[first], stops[np.append(ends, len(breaks))], at[first]
+            lengths = stops - starts
+            which = which[first] if which is not None else None
+    if which is None and packed and _staged(files[0], starts, lengths, stops, out):
+        return
+    if not _gather_mapped(files, which, starts, lengths, stops, out, at):
+        _gather_pread(files, which, starts, lengths, out, at)
+
+
+# What the kernel takes per run (pinning its pages: ~0.4 us) and per byte copied (~0.1 ns),
+# and what numpy takes per byte to place a staged byte (~2 ns); measured by
+# benchmarks/bench_format.py. Runs closer than _GAP bytes are copied as one stretch.
+_RUN_NS, _COPY_NS, _PLACE_NS = 400, 0.1, 2
+_GAP = int(_RUN_NS / _COPY_NS)
+
+
+def _staged(file: MappedFile, starts, lengths, stops, out) -> bool:
+    """Many short runs close together (a small file, short documents read in order): the
+    stretches of the file that hold them are copied in a few runs, and the runs are taken
+    from there, when that is cheaper than a run each. False when it is not (nothing read)."""
+    count = len(starts)
+    if count < 16 or out.nbytes * _PLACE_NS > count * _RUN_NS:
+        return False
+    order = np.argsort(starts, kind="stable")
+    first, last = starts[order], np.maximum.accumulate(stops[order])
+    opens = np.concatenate(([True], first[1:] > last[:-1] + _GAP))
+    begins = np.flatnonzero(opens)
+    spans = np.append(begins[1:], count) - 1
+    stretch_starts, stretch_stops = first[begins], last[spans]
+    stretch_lengths = stretch_stops - stretch_starts
+    cost = len(begins) * _RUN_NS + int(stretch_lengths.sum()) * _COPY_NS + out.nbytes * _PLACE_NS
+    if cost >= count * _RUN_NS:
+        return False
+    stretch_at = np.cumsum(stretch_lengths) - stretch_lengths
+    staging = np.empty(int(stretch_lengths.sum()), np.uint8)
+    if not _gather_mapped([file], None, stretch_starts, stretch_lengths, stretch_stops, staging, stretch_at):
+        _gather_pread([file], None, stretch_starts, stretch_lengths, staging, stretch_at)
+    # Where each run begins in the staging buffer, in the runs' own order.
+    stretch = np.cumsum(opens) - 1
+    where = np.empty(count, np.int64)
+    where[order] = stretch_at[stretch] + (first - stretch_starts[stretch])
+    index = np.repeat(where - (np.cumsum(lengths) - lengths), lengths)
+    index += np.arange(out.nbytes, dtype=np.int64)
+    np.take(staging, index, out=out.reshape(-1).view(np.uint8))
+    return True
+
+
+_disabled = threading.Event()  # set once process_vm_readv proved unusable here
+
+
+def _gather_mapped(files, which, starts, lengths, stops, out, at) -> bool:
+    """The process_vm_readv path; False when it cannot be used (then nothing was read)."""
+    if _READV is None or _disabled.is_set() or any(f._map is None for f in files):
+        return False
+    count = len(starts)
+    iovecs = np.empty((2, count, 2), np.uint64)  # struct iovec {base, length}: remote runs, then local
+    if which is None:
+        np.add(starts, files[0]._address, out=iovecs[0, :, 0], casting="unsafe")
+    else:
+        np.add(starts, np.array([f._address for f in files], np.int64)[which], out=iovecs[0, :, 0], casting="unsafe")
+    np.add(at, out.ctypes.data, out=iovecs[1, :, 0], casting="unsafe")
+    iovecs[:, :, 1] = lengths
+    remote, local = iovecs[0].ctypes.data, iovecs[1].ctypes.data
+    pid = os.getpid()
+    for first in range(0, count, _RUNS_PER_CALL):
+        last = min(first + _RUNS_PER_CALL, count)
+        wanted = int(lengths[first:last].sum())
+        done = _READV(pid, local + 16 * first, last - first, remote + 16 * first, last - first, 0)
+        if done == wanted:
+            continue
+        if done < 0:
+            code = ctypes.get_errno()
+            if code in _UNUSABLE and first == 0:
+                _disabled.set()
+                return False
+            if code != errno.EFAULT:
+                raise OSError(code, f"process_vm_readv: {os.strerror(code)}")
+            done = 0
+        # The run where the copy stopped: a page truncated away.
+        k = first + int(np.searchsorted(np.cumsum(lengths[first:last]), done, side="right"))
+        _raise_truncated(files, which, starts, lengths, min(k, last - 1))
+    # A truncation inside a page leaves the rest of that page mapped, reading as zeros: the
+    # copy above cannot tell. The file's size after the copy can: a file that still holds
+    # every byte read held them while they were copied.
+    if which is None:
+        if files[0].now() < int(stops.max()):
+            _raise_truncated(files, which, starts, lengths, int(np.flatnonzero(stops > files[0].now())[0]))
+        return True
+    needed = np.zeros(len(files), np.int64)
+    np.maximum.at(needed, which, stops)
+    for i, f in enumerate(files):
+        now = f.now()
+        if now < needed[i]:
+            _raise_truncated(files, which, starts, lengths, int(np.flatnonzero((which == i) & (stops > now))[0]))
+    return True
+
+
+def _gather_pread(files, which, starts, lengths, out, at) -> None:
+    target = memoryview(out.reshape(-1).view(np.uint8))
+    for k, (start, length, position) in enumerate(zip(starts.tolist(), lengths.tolist(), at.tolist())):
+        f = files[int(which[k]) if which is not None else 0]
+        done = 0
+        while done < length:
+            got = os.preadv(f._fd, [target[position + done:position + length]], start + done)
+            if got <= 0:
+                _raise_truncated(files, which, starts, lengths, k)
+            done += got
+
+
+def _raise_truncated(files, which, starts, lengths, k: int):
+    f = files[int(which[k]) if which is not None else 0]
+    start, length = int(starts[k]), int(lengths[k])
+    raise FormatError(f.path, "file size", f"{f.size} bytes, as when it was opened (to read {length} bytes "
+                      f"at byte {start})", f"{f.now()} bytes", offset=start,
+                      hint="the file was truncated while in use; reopen the dataset")
+
+
+__all__ = ["MappedFile", "gather"]
