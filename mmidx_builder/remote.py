@@ -564,7 +564,8 @@ def _fetch_async(access: RemoteAccess, fs, parts, dropped: threading.Event | Non
     from fsspec.asyn import sync
 
     http = type(fs).__name__ == "HTTPFileSystem"
-    if http:
+    client_timeout = environment = None
+    if http:  # per gather, not per request (see _get_http)
         import aiohttp
 
         client_timeout = aiohttp.ClientTimeout(total=access.timeout)

@@ -39,14 +39,14 @@ import pyarrow as pa
 
 from .. import provenance, sampling
 from .._io import file_identity, is_remote
-from .card_checksums import verify_against_card
+from ..checks import check_bool, check_int
 from ..dtypes import cast_tokens, integer_dtype
 from ..errors import MissingPartnerError, ParameterError
-from ..checks import check_bool, check_int  # (below the lines other branches move)
 from ..format import check_partners, split_prefix
 from ..remote import RemoteAccess
 from ..source import check_opened, check_still_named
 from . import registry
+from .card_checksums import verify_against_card
 from .readahead import ReadAhead, ShardReadAhead
 from .registry import cache_root, record_checksums
 
