@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -113,7 +114,13 @@ def serve(folder: str) -> None:
         print(site._server.sockets[0].getsockname()[1], flush=True)
         await asyncio.Event().wait()
 
-    asyncio.run(main())
+    # A client that stops mid-stream hangs up on the requests it had in flight: not an error here.
+    logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)
+    try:  # uvloop's transports cost the server less per request, leaving the shared cores to the client
+        from uvloop import run
+    except ImportError:
+        run = asyncio.run
+    run(main())
 
 
 class AsyncRangeServer:
