@@ -24,6 +24,8 @@ Columns:
                      (2,049 tokens x 2 bytes); a pass reads the whole split by default, so
                      nothing read ahead is left unread
   peak MB            the row's process peak RSS; read-ahead peak: what its tables held at most
+  CPU us/request     the row's process CPU time (all threads, from load_dataset on) per GET:
+                     what bounds a stream of many small ranges (one interpreter's GIL)
 Extra rows: ``+cache`` streams through ``remote_cache_dir`` (passes 2-3 read local blocks);
 ``megatron _S3BinReader`` reads the same samples' pieces through megatron-core's S3 reader
 (boto3, ``bin_chunk_nbytes`` 256 MiB as its default) on the same moto server.
@@ -94,7 +96,7 @@ def run_row(spec: dict) -> dict:
         options["storage_options"] = spec["storage_options"]
     if spec.get("remote_cache_dir"):
         options["remote_cache_dir"] = spec["remote_cache_dir"]
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     stream = load_dataset("mmidx", data_files={"train": spec["url"]}, **options)
     batches = stream.with_format("arrow")
     # Pass "cold": Python rows, from load_dataset on (time to first sample: opening, the .idx,
@@ -116,8 +118,8 @@ def run_row(spec: dict) -> dict:
         end = time.perf_counter()
         passes[name] = {"first": first - (started if name == "cold" else begin), "rate": count / (end - begin),
                         "samples": count}
-    return {"passes": passes, "peak_mb": _own_peak_mb(),
-            "read_ahead_mb": _read_ahead_peak_mb()}
+    return {"passes": passes, "peak_mb": _own_peak_mb(), "read_ahead_mb": _read_ahead_peak_mb(),
+            "cpu_seconds": time.process_time() - cpu_started}
 
 
 def run_megatron(spec: dict) -> dict:
@@ -269,18 +271,20 @@ def main() -> None:
           f"{args.samples or 'all'} samples per pass ({args.s3_samples or 'all'} on moto), 3 passes per row; "
           f"read_ahead_bytes {DEFAULT_READ_AHEAD_MB} MiB\n")
     print("| source | ms/request | rows/s | x local rows | batches: samples/s | x local batches | "
-          "first sample (s) | requests/1,000 samples | bytes x needed | peak MB | read-ahead peak MB |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "first sample (s) | requests/1,000 samples | bytes x needed | peak MB | read-ahead peak MB | CPU us/request |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     ceiling = local["passes"]
     for name, latency, result, requests, sent, samples in rows:
         if "error" in result:
-            print(f"| {name} | {latency} | error: {result['error'][:80]} | | | | | | | | |")
+            print(f"| {name} | {latency} | error: {result['error'][:80]} | | | | | | | | | |")
             continue
         passes = result["passes"]
         cached = "cache" in name or "megatron" in name  # the later passes read what the first kept
         count = sum(p["samples"] for p in passes.values())
         req = f"{1000 * requests / count:,.0f}" if requests is not None and not cached else "-"
         ratio = f"{sent / (count * SAMPLE_BYTES):.2f}" if sent is not None and not cached else "-"
+        cpu = (f"{1e6 * result['cpu_seconds'] / requests:.0f}" if requests and not cached and "cpu_seconds" in result
+               else "-")
         if cached and sent is not None:
             req, ratio = f"{requests:,} in all", f"{sent / (passes['cold']['samples'] * SAMPLE_BYTES):.2f} (pass 1)"
         cells = []
@@ -291,16 +295,17 @@ def main() -> None:
             cold = passes["cold"]
             print(f"| {name} pass 1 (cold) | {latency if latency == '-' else int(latency)} | {cold['rate']:,.0f} | "
                   f"{cold['rate'] / ceiling['rows']['rate']:.3f} | - | - | {cold['first']:.2f} | {req} | {ratio} | "
-                  f"{result['peak_mb']:.0f} | {result['read_ahead_mb']:.0f} |")
+                  f"{result['peak_mb']:.0f} | {result['read_ahead_mb']:.0f} | - |")
             name, req, ratio = f"{name} passes 2-3", "0" if "cache" in name else req, "-"
         print(f"| {name} | {latency if latency == '-' else int(latency)} | {' | '.join(cells)} | "
               f"{passes['cold']['first']:.2f} | {req} | {ratio} | {result['peak_mb']:.0f} | "
-              f"{result['read_ahead_mb']:.0f} |")
+              f"{result['read_ahead_mb']:.0f} | {cpu} |")
     print("\nrows/s: `for row in stream` (Python dicts); batches: `stream.with_format('arrow').iter(batch_size=100)`;"
           " both over the same samples with the files open (passes 2 and 3); x local: over the local folder's rate"
           " of the same consumer, measured in this run. first sample: from load_dataset to the first row (pass 1)."
           " requests and bytes: all passes, per sample streamed (a +cache row's: pass 1's, the later passes read"
-          " local blocks). peak MB: the row's process peak RSS; read-ahead peak: the most its tables held at once.")
+          " local blocks). peak MB: the row's process peak RSS; read-ahead peak: the most its tables held at once."
+          " CPU us/request: the row's process CPU time from load_dataset on (all threads) per GET.")
 
 
 if __name__ == "__main__":
