@@ -7,11 +7,12 @@ round trip (25-100 ms to object storage): ~100x too slow for one GPU. Here every
 gather is planned at once and fetched together:
 
     pieces (token runs)  --plan_runs-->  byte runs  --RemoteAccess.fetch-->  bytes
-      sorted by file and offset; the smallest   up to REQUESTS_IN_FLIGHT ranged GETs at once:
-      gaps bridged first, within a byte budget  fsspec's event loop for async filesystems
-      (never more than 1.4x the bytes asked     (HTTP, S3), a thread pool for the others
-      for: see plan_runs)                       (the Hub's HfFileSystem); optionally
-                                                through a local BlockCache
+      sorted by file and offset; the smallest   up to REQUESTS_IN_FLIGHT ranged GETs at once,
+      gaps bridged first, within a byte budget  most urgent batch first (_Requests): HTTP and
+      (never more than 1.4x the bytes asked     the Hub's resolve URLs on the reader's own loop
+      for: see plan_runs)                       (_io_loop), S3 on fsspec's, a thread pool for
+                                                synchronous filesystems; optionally through a
+                                                local BlockCache
 
 Exactly the bytes asked for are requested (no read-ahead blocks: fsspec's default file cache
 fetched 14.8x the bytes over plain HTTP). Faults: a dropped connection, a 5xx, a timeout or
