@@ -57,8 +57,9 @@ logger = logging.getLogger(__name__)
 
 # Ranged requests in flight at once, per process (all gathers together). Latency is hidden when
 # this many requests cover a round trip: at 25 ms, 512 keep up to ~20,000 requests/s going,
-# more than one core of client code issues (~10,000/s at ~100 us each); 256 capped a 200M-token
-# corpus at 2,390 -> 1,700 samples/s, 1,024 cost more per request than it gained (1,640).
+# more than one core of client code issues (~10,000/s at ~100 us each). On a 200M-token corpus
+# at 25 ms: 256 in flight gave 1,700 samples/s, 512 2,390, 1,024 1,640 (its cost per request
+# outgrew what it hid).
 REQUESTS_IN_FLIGHT = 512
 # Threads for synchronous filesystems (fsspec's without an async API): each holds a stack.
 THREADS_IN_FLIGHT = 128
@@ -299,8 +300,8 @@ _IO_LOOP: tuple[int, asyncio.AbstractEventLoop] | None = None
 def _io_loop() -> asyncio.AbstractEventLoop:
     """The event loop HTTP ranges are fetched on, in a thread of its own: uvloop's when it is
     installed (the ``remote`` extra). A stream of many small ranges is bound by this loop's
-    thread, and uvloop's transports cost less per request than asyncio's: 100 -> 85 us of
-    client CPU per request, 2,390 -> 2,690 samples/s (200M tokens at 25 ms)."""
+    thread, and uvloop's transports cost less per request than asyncio's: ~100 -> ~90 us of
+    client CPU per request, 2,390 -> ~2,500 samples/s (200M tokens at 25 ms; runs vary by 10%)."""
     global _IO_LOOP
     with _LOCK:
         if _IO_LOOP is None or _IO_LOOP[0] != os.getpid():  # threads do not survive a fork
@@ -595,6 +596,7 @@ class _Batch:
                     failure.__cause__ = error
                     return self.fail(failure)
                 logger.info(f"{obj.url} [{start}, {stop}): {type(error).__name__}: {error}; retrying")
+                # The worker waits out the backoff: a failing server gets fewer requests at once.
                 await asyncio.sleep(_backoff(attempt))
         self.results[i] = data
         self.remaining -= 1
