@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/bench_remote.py [--tokens 10e6] [--samples 0] [--latencies 0,25,100]
 
 Servers, all on 127.0.0.1, each with a latency added to every request:
-  aio    an aiohttp Range server in its own process (async_range_server.py): every request
+  aio    an asyncio Range server in its own process (async_range_server.py): every request
          waits the latency, the waits overlap as at a real endpoint, ``data_files=http://...``
   http   the threaded test server (tests/range_server.py): a thread per connection, sharing
          this process's GIL; it bounds the request rate (~1,700/s on 2 cores)
@@ -91,6 +91,9 @@ def run_row(spec: dict) -> dict:
 
     import mmidx_builder  # noqa: F401
 
+    from mmidx_builder import remote
+
+    remote.HTTP_CLIENT = spec.get("http_client", "auto")
     options = dict(seq_length=SEQ, split="train", streaming=True, cache_dir=spec["hf_cache"])
     if spec.get("storage_options"):
         options["storage_options"] = spec["storage_options"]
@@ -173,7 +176,10 @@ def main() -> None:
     parser.add_argument("--latencies", default="0,25,100", help="ms added to every request")
     parser.add_argument("--bandwidth", type=float, default=None, help="bytes/s per response on the HTTP server")
     parser.add_argument("--backends", default="aio,http,hub,s3",
-                        help="aio: aiohttp server in its own process; http: the threaded test server")
+                        help="aio: asyncio server in its own process; http: the threaded test server")
+    parser.add_argument("--http-clients", default="auto",
+                        help="aio rows per HTTP client: auto (libcurl when pycurl is installed, as a user gets it),"
+                             " aiohttp (remote.HTTP_CLIENT), or both: auto,aiohttp")
     parser.add_argument("--row", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.row:
@@ -187,6 +193,7 @@ def main() -> None:
     prefix = make_corpus(folder, args.tokens)
     latencies = [float(x) for x in args.latencies.split(",")]
     backends = args.backends.split(",")
+    clients = args.http_clients.split(",")
     rows = []
 
     def spec(url, samples, **extra):
@@ -203,16 +210,18 @@ def main() -> None:
     if "aio" in backends:
         with AsyncRangeServer(folder) as server:
             for latency in latencies:
-                server.configure(latency=latency / 1000, bandwidth=args.bandwidth)
-                result = in_subprocess(spec(server.url + "/corpus.bin", args.samples))
-                got = server.stats()
-                rows.append(("http (aiohttp server)", latency, result, got["requests"].get("corpus.bin"),
-                             got["sent"].get("corpus.bin"), args.samples))
+                for client in clients:
+                    server.configure(latency=latency / 1000, bandwidth=args.bandwidth)
+                    result = in_subprocess(spec(server.url + "/corpus.bin", args.samples, http_client=client))
+                    got = server.stats()
+                    name = "http (asyncio server)" + (" through aiohttp" if client == "aiohttp" else "")
+                    rows.append((name, latency, result, got["requests"].get("corpus.bin"),
+                                 got["sent"].get("corpus.bin"), args.samples))
             server.configure(latency=0.025, bandwidth=args.bandwidth)
             result = in_subprocess(spec(server.url + "/corpus.bin", args.samples,
                                         remote_cache_dir=os.path.join(work, "blocks")))
             got = server.stats()
-            rows.append(("http (aiohttp) +cache", 25.0, result, got["requests"].get("corpus.bin"),
+            rows.append(("http (asyncio) +cache", 25.0, result, got["requests"].get("corpus.bin"),
                          got["sent"].get("corpus.bin"), args.samples))
 
     if "http" in backends:
@@ -267,9 +276,12 @@ def main() -> None:
             rows.append(("megatron _S3BinReader (moto)", 25.0, result, s3.gets.get("data/corpus.bin"),
                          s3.sent.get("data/corpus.bin"), args.s3_samples))
 
+    from mmidx_builder import remote_curl
+
     print(f"corpus: {args.tokens / 1e6:.0f}M tokens, lognormal documents (mean 500), seq_length {SEQ}; "
           f"{args.samples or 'all'} samples per pass ({args.s3_samples or 'all'} on moto), 3 passes per row; "
-          f"read_ahead_bytes {DEFAULT_READ_AHEAD_MB} MiB\n")
+          f"read_ahead_bytes {DEFAULT_READ_AHEAD_MB} MiB; HTTP and Hub ranges through "
+          f"{'libcurl (pycurl)' if remote_curl.available() else 'aiohttp'} unless a row says otherwise\n")
     print("| source | ms/request | rows/s | x local rows | batches: samples/s | x local batches | "
           "first sample (s) | requests/1,000 samples | bytes x needed | peak MB | read-ahead peak MB | CPU us/request |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")

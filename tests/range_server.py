@@ -180,7 +180,7 @@ class RangeServer:
     responses without Range that were sent to the end (a whole-file download). Faults: see
     the module docstring (``server.fail["x.bin"] = 2``...)."""
 
-    def __init__(self, folder, latency: float = 0.0, bandwidth: float | None = None):
+    def __init__(self, folder, latency: float = 0.0, bandwidth: float | None = None, ssl_context=None):
         folder = os.fspath(folder)
 
         def handler(*args, **kwargs):
@@ -199,7 +199,10 @@ class RangeServer:
         httpd.latency, httpd.bandwidth = latency, bandwidth
         httpd.fail, httpd.drop, httpd.cut, httpd.stall = {}, {}, {}, {}
         httpd.stall_seconds = 3.0
-        self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
+        if ssl_context is not None:  # HTTPS: each connection's TLS handshake in its own thread
+            httpd.socket = ssl_context.wrap_socket(httpd.socket, server_side=True, do_handshake_on_connect=False)
+        scheme = "https" if ssl_context is not None else "http"
+        self.url = f"{scheme}://127.0.0.1:{self._httpd.server_address[1]}"
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
 
     def __getattr__(self, name):

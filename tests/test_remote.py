@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import ssl
 import subprocess
 import sys
 
@@ -53,6 +54,25 @@ def fast(access: RemoteAccess | None = None, **changes) -> RemoteAccess:
     settings_ = dict(storage_options={}, timeout=1.0, retries=3)
     settings_.update(changes)
     return RemoteAccess(**settings_)
+
+
+@pytest.fixture(autouse=True, params=["libcurl", "aiohttp"])
+def http_client(request, monkeypatch):
+    """Every test here runs with HTTP ranges sent through libcurl (pycurl, the remote extra) and
+    through aiohttp: the two paths must give the same bytes, faults and errors."""
+    import mmidx_builder.remote as remote
+    import mmidx_builder.remote_curl as remote_curl
+
+    if request.param == "libcurl":
+        pytest.importorskip("pycurl", reason="the remote extra's pycurl")
+        monkeypatch.setattr(remote, "HTTP_CLIENT", "auto")
+    else:
+        def refused(*args, **kwargs):
+            raise AssertionError("HTTP_CLIENT is aiohttp, yet libcurl was asked")
+
+        monkeypatch.setattr(remote, "HTTP_CLIENT", "aiohttp")
+        monkeypatch.setattr(remote_curl, "fetch", refused)
+    return request.param
 
 
 @pytest.fixture(autouse=True)
@@ -270,6 +290,62 @@ def test_http_ranges_are_fetched_on_the_io_loop_uvloops_when_installed(served, m
         obj = access.stat(server.url + "/corpus.bin")
         data = (folder / "corpus.bin").read_bytes()
         assert access.fetch([obj] * 3, [0, 100, 5000], [10, 300, 5001]) == [data[0:10], data[100:300], data[5000:5001]]
+
+
+def test_http_ranges_go_through_libcurl_unless_an_option_needs_aiohttp(served, monkeypatch, http_client):
+    """With pycurl installed, HTTP ranges are libcurl's (less client CPU per request), but a
+    filesystem option libcurl is not given (session options, ssl, cookies...) keeps that
+    filesystem on aiohttp rather than dropping the option."""
+    import mmidx_builder.remote_curl as remote_curl
+
+    asked = []
+    real = remote_curl.fetch
+    monkeypatch.setattr(remote_curl, "fetch", lambda *a, **k: asked.append(len(a[2])) or real(*a, **k))
+    folder, _ = served
+    data = (folder / "corpus.bin").read_bytes()
+    with RangeServer(folder) as server:
+        for options, curl in (({}, True), ({"headers": {"X-Test": "1"}}, True),
+                              ({"client_kwargs": {"headers": {"Authorization": "Basic bWU6cHc="}}}, False)):
+            asked.clear()
+            access = fast(storage_options=options)
+            obj = access.stat(server.url + "/corpus.bin")
+            assert access.fetch([obj] * 2, [0, 500], [10, 900]) == [data[0:10], data[500:900]]
+            assert asked == ([2] if curl and http_client == "libcurl" else []), options
+        assert set(server.logins) >= {None, "Basic bWU6cHc="}  # the session's header reached the server
+
+
+@pytest.mark.parametrize("trusted", [True, False])
+def test_https_ranges_trust_the_certificates_python_trusts(served, tmp_path, http_client, trusted):
+    """HTTPS through either client trusts what Python's ssl trusts (SSL_CERT_FILE here, the
+    system's store otherwise): a server whose certificate that does not vouch for is refused
+    with an error naming the file, never read."""
+    trustme = pytest.importorskip("trustme", reason="the test extra's trustme")
+    authority = trustme.CA()
+    authority.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    authority.issue_cert("127.0.0.1").configure_cert(context)
+    folder, _ = served
+    code = ("import sys\n"
+            "from mmidx_builder import remote\n"
+            "remote.HTTP_CLIENT = sys.argv[2]\n"
+            "access = remote.RemoteAccess(timeout=5, retries=1)\n"
+            "obj = remote.RemoteObject(sys.argv[1], int(sys.argv[3]))\n"
+            "print(access.fetch([obj, obj], [0, 100], [10, 300])[1].hex())\n")
+    env = {**os.environ, "SSL_CERT_FILE": str(tmp_path / "ca.pem")} if trusted else \
+        {k: v for k, v in os.environ.items() if k != "SSL_CERT_FILE"}
+    with RangeServer(folder, ssl_context=context) as server:
+        assert server.url.startswith("https://")
+        url = server.url + "/corpus.bin"
+        done = subprocess.run([sys.executable, "-c", code, url, "auto" if http_client == "libcurl" else "aiohttp",
+                               str((folder / "corpus.bin").stat().st_size)], env=env, capture_output=True,
+                              text=True, timeout=120)
+    if trusted:
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert done.stdout.strip() == (folder / "corpus.bin").read_bytes()[100:300].hex()
+    else:
+        assert done.returncode != 0
+        last = done.stderr.strip().splitlines()[-1]
+        assert "RemoteReadError" in last and url in last and "certificate" in last.lower(), last
 
 
 @pytest.mark.parametrize("why", ["exiting", "dropped"])

@@ -1,0 +1,351 @@
+"""HTTP ranges through libcurl's multi interface (pycurl), when the ``remote`` extra installed it.
+
+A stream over a corpus far larger than a read-ahead gather is one request per piece (4-5 per
+sample), and it is bound by the client's CPU per request in one interpreter. aiohttp spends
+~70 us of the event loop's thread on each (writing the request, parsing the answer into its
+objects); libcurl does the same in C, and its Python around each request here is a handful of
+calls: ~45 us in all. One thread drives every transfer of the process (``_Transfers``), up to
+REQUESTS_IN_FLIGHT at once, most urgent batch first, as the aiohttp path does.
+
+Only plain HTTP filesystems take this path: options this module does not translate (an
+aiohttp ``auth``, ``ssl``, cookies, a session factory) keep a filesystem on aiohttp
+(:func:`usable`). What is translated, as aiohttp does it:
+
+- the filesystem's headers, ``If-Match`` with the ETag seen at open, a Hub file's resolve URL
+  and token headers (remote._HttpTarget makes them for both paths);
+- ``trust_env`` (which ``datasets`` sets): the proxy aiohttp would take from the environment
+  and a ``~/.netrc`` login; without it no proxy at all (libcurl would read the variables
+  itself otherwise);
+- certificates: Python's default verify paths (``SSL_CERT_FILE``/``SSL_CERT_DIR`` honoured),
+  which is what aiohttp's default SSL context trusts;
+- redirects followed (at most 10, as aiohttp), a total timeout per request.
+
+Faults are classified as the aiohttp path's (remote._classify): an HTTP status through
+:class:`HTTPStatus`, libcurl's transport errors as ConnectionError or TimeoutError (retried),
+a bad certificate or URL as :class:`CurlError` (not retried). A server that answers a range
+with more bytes than asked (no Range support) is stopped at the first excess byte.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import heapq
+import itertools
+import os
+import select
+import ssl
+import threading
+import time
+
+from .errors import RemoteReadError
+from .remote import (REQUESTS_IN_FLIGHT, RemoteObject, _backoff, _check_length, _check_wanted, _classify, _failure,
+                     _HttpTarget, _trusted_environment, logger)
+
+# libcurl's transport errors that a new attempt may cure (the rest, a bad certificate or URL,
+# are refused at once): couldn't resolve / connect, partial file, send / receive errors, got
+# nothing, HTTP/2 stream errors, TLS handshake failures (transient on a busy endpoint).
+_TIMEOUTS = {28}
+_RETRIED = {5, 6, 7, 16, 18, 35, 52, 55, 56, 92}
+_TOO_MUCH = 23  # CURLE_WRITE_ERROR: our write callback refused a body longer than the range
+
+
+class HTTPStatus(Exception):
+    """An HTTP answer that is not the range: ``status`` is read by remote._status."""
+
+    def __init__(self, status: int, url: str):
+        super().__init__(f"HTTP {status} from {url}")
+        self.status = status
+
+
+class CurlError(Exception):
+    """A libcurl error no retry cures (``code``: libcurl's CURLcode)."""
+
+    def __init__(self, code: int, message: str):
+        super().__init__(f"libcurl error {code}: {message}")
+        self.code = code
+
+
+def available() -> bool:
+    try:
+        import pycurl  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def usable(fs) -> bool:
+    """Whether ``fs`` (fsspec's HTTPFileSystem) has only options this module translates."""
+    return (available() and set(fs.kwargs) <= {"headers"} and set(fs.client_kwargs) <= {"trust_env"}
+            and type(fs).__name__ == "HTTPFileSystem")
+
+
+class _Target:
+    """One file's requests as libcurl takes them, from remote._HttpTarget."""
+
+    __slots__ = ("obj", "url", "headers", "proxy", "proxy_auth")
+
+    def __init__(self, fs, obj: RemoteObject, route, environment):
+        made = _HttpTarget(fs, obj, route, environment, None)
+        self.obj = obj
+        self.url = str(made.url).encode()
+        self.headers = [f"{k}: {v}" for k, v in made.headers.items()]
+        proxy = made.options.get("proxy")
+        self.proxy = str(proxy) if proxy is not None else ""  # "": no proxy, not libcurl's own env lookup
+        auth = made.options.get("proxy_auth")
+        self.proxy_auth = f"{auth.login}:{auth.password}" if auth is not None else None
+
+
+class _Batch:
+    """The requests of one fetch, answered (every body, or the first error) through ``future``."""
+
+    __slots__ = ("parts", "targets", "retries", "timeout", "priority", "dropped", "results", "remaining", "sent",
+                 "future")
+
+    def __init__(self, parts, targets, retries, timeout, priority, dropped):
+        self.parts, self.targets, self.retries, self.timeout = parts, targets, retries, timeout
+        self.priority, self.dropped = priority, dropped
+        self.results = [None] * len(parts)
+        self.remaining = len(parts)
+        self.sent = 0
+        self.future = concurrent.futures.Future()
+
+    def fail(self, error: BaseException) -> None:
+        self.sent = len(self.parts)
+        if not self.future.done():
+            self.future.set_exception(error)
+
+
+class _Transfers:
+    """The process's libcurl transfers, driven by one thread: batches wait in a heap by
+    (priority, arrival); retries wait their backoff without holding a connection."""
+
+    def __init__(self, limit: int):
+        import pycurl
+
+        self.pycurl = pycurl
+        self.limit = limit
+        self.lock = threading.Condition()
+        self.waiting = []  # heap of (priority, arrival, batch)
+        self.retrying = []  # heap of (due, arrival, batch, part, attempt)
+        self.arrivals = itertools.count()
+        self.multi = pycurl.CurlMulti()
+        self.multi.setopt(pycurl.M_MAX_TOTAL_CONNECTIONS, limit)
+        # libcurl's event API: it tells which sockets to watch and when its next timeout is, and
+        # is told which socket is ready. curl_multi_perform would walk every transfer at each
+        # wake-up: at 512 in flight that was most of this thread's time.
+        self.poll = select.epoll()
+        self.wake_read, self.wake_write = os.pipe()
+        os.set_blocking(self.wake_read, False)
+        os.set_blocking(self.wake_write, False)
+        self.poll.register(self.wake_read, select.EPOLLIN)
+        self.watched = set()
+        self.deadline = None  # libcurl's next timeout (time.monotonic()), None: none
+        self.multi.setopt(pycurl.M_SOCKETFUNCTION, self._watch)
+        self.multi.setopt(pycurl.M_TIMERFUNCTION, self._timer)
+        self.idle = []
+        self.active = 0
+        verify = ssl.get_default_verify_paths()
+        self.cafile, self.capath = verify.cafile, verify.capath
+        if not (self.cafile or self.capath):  # no store where Python looks: the one requests and httpx use
+            with contextlib.suppress(ImportError):
+                import certifi
+
+                self.cafile = certifi.where()
+        threading.Thread(target=self._run, name="mmidx-remote-curl", daemon=True).start()
+
+    def submit(self, batch: _Batch) -> None:
+        with self.lock:
+            heapq.heappush(self.waiting, (batch.priority, next(self.arrivals), batch))
+        with contextlib.suppress(BlockingIOError):  # a full pipe: the thread has wake-ups pending anyway
+            os.write(self.wake_write, b"x")
+
+    def abandon(self, batch: _Batch, error: BaseException) -> None:
+        with self.lock:
+            batch.fail(error)
+
+    # --- the thread ------------------------------------------------------------------------
+    def _watch(self, what: int, fd: int, multi, data) -> None:
+        pycurl = self.pycurl
+        if what == pycurl.POLL_REMOVE:
+            if fd in self.watched:
+                self.watched.discard(fd)
+                self.poll.unregister(fd)
+            return
+        mask = (select.EPOLLIN if what & pycurl.POLL_IN else 0) | (select.EPOLLOUT if what & pycurl.POLL_OUT else 0)
+        if fd in self.watched:
+            self.poll.modify(fd, mask)
+        else:
+            self.watched.add(fd)
+            self.poll.register(fd, mask)
+
+    def _timer(self, milliseconds: int) -> None:
+        self.deadline = None if milliseconds < 0 else time.monotonic() + milliseconds / 1000
+
+    def _next(self):
+        """Under the lock: (batch, part, attempt) to send now, or None."""
+        if self.retrying and self.retrying[0][0] <= time.monotonic():
+            _, _, batch, i, attempt = heapq.heappop(self.retrying)
+            if not batch.future.done():
+                return batch, i, attempt
+        while self.waiting:
+            batch = self.waiting[0][2]
+            if batch.sent < len(batch.parts):
+                batch.sent += 1
+                return batch, batch.sent - 1, 0
+            heapq.heappop(self.waiting)
+        return None
+
+    def _run(self) -> None:
+        pycurl, multi = self.pycurl, self.multi
+        while True:
+            with self.lock:
+                while self.active < self.limit and (taken := self._next()) is not None:
+                    self._start(*taken)
+                wait = [d - time.monotonic() for d in (self.deadline, self.retrying[0][0] if self.retrying else None)
+                        if d is not None]
+            events = self.poll.poll(max(0.0, min(wait)) if wait else -1)
+            for fd, mask in events:
+                if fd == self.wake_read:
+                    with contextlib.suppress(BlockingIOError):
+                        os.read(self.wake_read, 4096)
+                    continue
+                flags = ((pycurl.CSELECT_IN if mask & (select.EPOLLIN | select.EPOLLHUP) else 0)
+                         | (pycurl.CSELECT_OUT if mask & select.EPOLLOUT else 0)
+                         | (pycurl.CSELECT_ERR if mask & select.EPOLLERR else 0))
+                multi.socket_action(fd, flags)
+            if self.deadline is not None and self.deadline <= time.monotonic():
+                self.deadline = None
+                multi.socket_action(pycurl.SOCKET_TIMEOUT, 0)
+            while True:
+                queued, done, failed = multi.info_read()
+                if done or failed:
+                    with self.lock:
+                        for handle in done:
+                            self._finish(handle, None)
+                        for handle, code, message in failed:
+                            self._finish(handle, (code, message))
+                if not queued:
+                    break
+
+    def _start(self, batch: _Batch, i: int, attempt: int) -> None:
+        pycurl = self.pycurl
+        obj, start, stop, route = batch.parts[i]
+        try:
+            _check_wanted(obj, start, stop, batch.dropped)
+        except RemoteReadError as error:
+            batch.fail(error)
+            return
+        target = batch.targets[obj.url, id(route)]
+        handle = self.idle.pop() if self.idle else self._new_handle()
+        chunks, room = [], [stop - start]
+
+        def write(data):
+            chunks.append(data)
+            room[0] -= len(data)
+            return 0 if room[0] < 0 else None  # no Range support: stop at once, not after the whole file
+
+        handle.setopt(pycurl.URL, target.url)
+        handle.setopt(pycurl.HTTPHEADER, target.headers)
+        handle.setopt(pycurl.RANGE, f"{start}-{stop - 1}")
+        handle.setopt(pycurl.PROXY, target.proxy)
+        if target.proxy_auth:
+            handle.setopt(pycurl.PROXYUSERPWD, target.proxy_auth)
+        handle.setopt(pycurl.TIMEOUT_MS, int(batch.timeout * 1000))
+        handle.setopt(pycurl.WRITEFUNCTION, write)
+        handle.transfer = (batch, i, attempt, chunks)
+        self.multi.add_handle(handle)
+        self.active += 1
+
+    def _new_handle(self):
+        pycurl = self.pycurl
+        handle = pycurl.Curl()
+        handle.setopt(pycurl.FOLLOWLOCATION, 1)
+        handle.setopt(pycurl.MAXREDIRS, 10)
+        handle.setopt(pycurl.NOSIGNAL, 1)
+        if self.cafile:
+            handle.setopt(pycurl.CAINFO, self.cafile)
+        if self.capath:
+            handle.setopt(pycurl.CAPATH, self.capath)
+        return handle
+
+    def _finish(self, handle, failure) -> None:
+        """Under the lock: a transfer ended (``failure``: libcurl's (code, message), else None)."""
+        pycurl = self.pycurl
+        batch, i, attempt, chunks = handle.transfer
+        status = handle.getinfo(pycurl.RESPONSE_CODE)
+        url = handle.getinfo(pycurl.EFFECTIVE_URL)
+        handle.transfer = None
+        handle.setopt(pycurl.PROXYUSERPWD, "")
+        self.multi.remove_handle(handle)
+        self.idle.append(handle)
+        self.active -= 1
+        if batch.future.done():
+            return
+        obj, start, stop, _ = batch.parts[i]
+        try:
+            if failure is not None and failure[0] != _TOO_MUCH:
+                code, message = failure
+                if code in _TIMEOUTS:
+                    raise TimeoutError(f"libcurl: {message}")
+                raise (ConnectionError(f"libcurl error {code}: {message}") if code in _RETRIED
+                       else CurlError(code, message))
+            if status == 404:
+                raise FileNotFoundError(obj.url)
+            if status >= 400:
+                raise HTTPStatus(status, url)
+            if status != 206 and (start, stop) != (0, obj.size):
+                raise RemoteReadError(obj.url, start, stop, f"the server answered {status} with the whole file "
+                                                            "(it does not honour Range requests)")
+            data = _check_length(obj, start, stop, b"".join(chunks))
+        except RemoteReadError as error:
+            batch.fail(error)
+            return
+        except Exception as error:  # noqa: BLE001 (classified)
+            if _classify(error) != "retry" or attempt == batch.retries:
+                failure = _failure(obj, start, stop, error, attempt + 1)
+                failure.__cause__ = error
+                batch.fail(failure)
+                return
+            logger.info(f"{obj.url} [{start}, {stop}): {type(error).__name__}: {error}; retrying")
+            heapq.heappush(self.retrying, (time.monotonic() + _backoff(attempt), next(self.arrivals), batch, i,
+                                           attempt + 1))
+            return
+        batch.results[i] = data
+        batch.remaining -= 1
+        if batch.remaining == 0:
+            batch.future.set_result(batch.results)
+
+
+_TRANSFERS: tuple[int, _Transfers] | None = None
+_LOCK = threading.Lock()
+
+
+def _transfers() -> _Transfers:
+    global _TRANSFERS
+    with _LOCK:
+        if _TRANSFERS is None or _TRANSFERS[0] != os.getpid():  # threads do not survive a fork
+            _TRANSFERS = (os.getpid(), _Transfers(REQUESTS_IN_FLIGHT))
+        return _TRANSFERS[1]
+
+
+def fetch(access, fs, parts, dropped: threading.Event | None = None, priority: int = 0) -> list[bytes]:
+    """``parts`` ``(obj, start, stop, route)`` on HTTP filesystem ``fs`` (:func:`usable`),
+    through libcurl; this thread waits for all of them."""
+    if not parts:
+        return []
+    environment = _trusted_environment() if fs.client_kwargs.get("trust_env") else None
+    targets = {}
+    for obj, _, _, route in parts:
+        if (obj.url, id(route)) not in targets:
+            targets[obj.url, id(route)] = _Target(fs, obj, route, environment)
+    batch = _Batch(parts, targets, access.retries, access.timeout, priority, dropped)
+    transfers = _transfers()
+    transfers.submit(batch)
+    try:
+        return batch.future.result()
+    except BaseException:
+        if not batch.future.done():  # interrupted here (KeyboardInterrupt): send no more of it
+            transfers.abandon(batch, RemoteReadError(parts[0][0].url, parts[0][1], parts[0][2],
+                                                     "not fetched: the caller was interrupted"))
+        raise
