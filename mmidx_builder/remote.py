@@ -576,6 +576,7 @@ class _Batch:
     __slots__ = ("parts", "send", "retries", "priority", "dropped", "results", "remaining", "sent", "future")
 
     def __init__(self, parts, send, retries: int, priority: int, dropped: threading.Event | None):
+        """``send``: the coroutine function that fetches one part (None for remote_curl's)."""
         import concurrent.futures
 
         self.parts, self.send, self.retries, self.priority, self.dropped = parts, send, retries, priority, dropped
@@ -639,18 +640,9 @@ class _Requests:
             self.workers += 1
             loop.create_task(self._work())
 
-    def _next(self):
-        while self.waiting:
-            batch = self.waiting[0][2]
-            if batch.sent < len(batch.parts):
-                batch.sent += 1
-                return batch, batch.sent - 1
-            heapq.heappop(self.waiting)
-        return None
-
     async def _work(self) -> None:
         try:
-            while (taken := self._next()) is not None:
+            while (taken := _next_part(self.waiting)) is not None:
                 batch, i = taken
                 try:
                     await batch.request(i)
@@ -660,6 +652,18 @@ class _Requests:
                         raise
         finally:
             self.workers -= 1
+
+
+def _next_part(waiting: list):
+    """(batch, part) to send next from ``waiting``, a heap of (priority, arrival, batch): the
+    next part of the most urgent batch that has parts left; None when none has."""
+    while waiting:
+        batch = waiting[0][2]
+        if batch.sent < len(batch.parts):
+            batch.sent += 1
+            return batch, batch.sent - 1
+        heapq.heappop(waiting)
+    return None
 
 
 def _submit(batch: _Batch) -> None:

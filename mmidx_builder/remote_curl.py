@@ -31,7 +31,6 @@ with more bytes than asked (no Range support) is stopped at the first excess byt
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import heapq
 import itertools
@@ -42,8 +41,9 @@ import threading
 import time
 
 from .errors import RemoteReadError
-from .remote import (REQUESTS_IN_FLIGHT, RemoteObject, _backoff, _check_length, _check_wanted, _classify, _failure,
-                     _HttpTarget, _trusted_environment, logger)
+from .remote import REQUESTS_IN_FLIGHT, RemoteObject, _backoff, _check_length, _check_wanted, _classify, _failure
+from .remote import _Batch as _RequestBatch  # the fields and fail() a batch has on either path
+from .remote import _HttpTarget, _next_part, _trusted_environment, logger
 
 # libcurl's transport errors that a new attempt may cure (the rest, a bad certificate or URL,
 # are refused at once): couldn't resolve / connect, partial file, send / receive errors, got
@@ -99,24 +99,14 @@ class _Target:
         self.proxy_auth = f"{auth.login}:{auth.password}" if auth is not None else None
 
 
-class _Batch:
-    """The requests of one fetch, answered (every body, or the first error) through ``future``."""
+class _Batch(_RequestBatch):
+    """The requests of one fetch (remote._Batch), with what libcurl is given for each file."""
 
-    __slots__ = ("parts", "targets", "retries", "timeout", "priority", "dropped", "results", "remaining", "sent",
-                 "future")
+    __slots__ = ("targets", "timeout")
 
     def __init__(self, parts, targets, retries, timeout, priority, dropped):
-        self.parts, self.targets, self.retries, self.timeout = parts, targets, retries, timeout
-        self.priority, self.dropped = priority, dropped
-        self.results = [None] * len(parts)
-        self.remaining = len(parts)
-        self.sent = 0
-        self.future = concurrent.futures.Future()
-
-    def fail(self, error: BaseException) -> None:
-        self.sent = len(self.parts)
-        if not self.future.done():
-            self.future.set_exception(error)
+        super().__init__(parts, None, retries, priority, dropped)
+        self.targets, self.timeout = targets, timeout
 
 
 class _Transfers:
@@ -191,13 +181,8 @@ class _Transfers:
             _, _, batch, i, attempt = heapq.heappop(self.retrying)
             if not batch.future.done():
                 return batch, i, attempt
-        while self.waiting:
-            batch = self.waiting[0][2]
-            if batch.sent < len(batch.parts):
-                batch.sent += 1
-                return batch, batch.sent - 1, 0
-            heapq.heappop(self.waiting)
-        return None
+        taken = _next_part(self.waiting)
+        return None if taken is None else (*taken, 0)
 
     def _run(self) -> None:
         pycurl, multi = self.pycurl, self.multi
