@@ -587,6 +587,25 @@ def test_http_streams_send_the_netrc_login_reading_netrc_once_per_host_not_per_r
     assert requests > 100 and len(reads) < requests / 10, (requests, len(reads))
 
 
+@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+def test_dataloader_workers_stream_over_http_after_the_parent_started_fetching(served, tmp_path, start_method):
+    """The fetch thread (libcurl's or the event loop's) does not survive a fork: a worker
+    forked after the parent streamed makes its own, and gets the local folder's samples."""
+    torch = pytest.importorskip("torch")
+    from datasets import load_dataset
+
+    folder, prefix = served
+    options = dict(split="train", streaming=True, seq_length=256, cache_dir=str(tmp_path / "hf"))
+    with RangeServer(folder) as server:
+        remote = load_dataset("mmidx", data_files={"train": server.url + "/corpus.bin"}, **options)
+        next(iter(remote))  # the parent's fetch thread exists before the fork
+        loader = torch.utils.data.DataLoader(remote.with_format("numpy"), batch_size=None, num_workers=2,
+                                             multiprocessing_context=start_method, timeout=60)  # a hang fails
+        got = sorted(np.asarray(row["input_ids"], np.int64).tobytes() for row in loader)
+    local = load_dataset("mmidx", data_files={"train": prefix + ".bin"}, **options)
+    assert got == sorted(np.asarray(row["input_ids"], np.int64).tobytes() for row in local)
+
+
 def test_fairseq_pairs_stream_over_http(tmp_path):
     from datasets import load_dataset
 
