@@ -298,7 +298,17 @@ _EXITING = threading.Event()
 if hasattr(threading, "_register_atexit"):  # runs before non-daemon threads are joined (as concurrent.futures does)
     threading._register_atexit(_EXITING.set)
 _FILESYSTEMS: dict = {}
-_IO_LOOP: tuple[int, asyncio.AbstractEventLoop] | None = None
+_PER_PROCESS: dict = {}  # name -> (pid, what per_process made in that process)
+
+
+def per_process(name: str, make):
+    """``make()``, once per process: threads and the event loops they run do not survive a fork."""
+    with _LOCK:
+        pid, made = _PER_PROCESS.get(name, (None, None))
+        if pid != os.getpid():
+            made = make()
+            _PER_PROCESS[name] = (os.getpid(), made)
+        return made
 
 
 def _io_loop() -> asyncio.AbstractEventLoop:
@@ -306,18 +316,17 @@ def _io_loop() -> asyncio.AbstractEventLoop:
     installed (the ``remote`` extra). A stream of many small ranges is bound by this loop's
     thread, and uvloop's transports cost less per request than asyncio's: ~100 -> ~90 us of
     client CPU per request, 2,390 -> ~2,500 samples/s (200M tokens at 25 ms; runs vary by 10%)."""
-    global _IO_LOOP
-    with _LOCK:
-        if _IO_LOOP is None or _IO_LOOP[0] != os.getpid():  # threads do not survive a fork
-            try:
-                import uvloop
+    def make():
+        try:
+            import uvloop
 
-                loop = uvloop.new_event_loop()
-            except ImportError:
-                loop = asyncio.new_event_loop()
-            threading.Thread(target=loop.run_forever, name="mmidx-remote-io", daemon=True).start()
-            _IO_LOOP = (os.getpid(), loop)
-        return _IO_LOOP[1]
+            loop = uvloop.new_event_loop()
+        except ImportError:
+            loop = asyncio.new_event_loop()
+        threading.Thread(target=loop.run_forever, name="mmidx-remote-io", daemon=True).start()
+        return loop
+
+    return per_process("io loop", make)
 
 
 async def _http_client(**client_kwargs):
@@ -386,6 +395,14 @@ def plan_runs(file_ids, starts, stops, sizes, budget: float = MERGE_BUDGET) -> t
     if n == 0:
         empty = np.zeros(0, np.int64)
         return empty, empty, empty, empty, empty
+    held = stops > starts
+    if not held.all():  # an empty piece holds no bytes: it must not split a gap in two smaller ones
+        piece_run, piece_offset = np.zeros(n, np.int64), np.zeros(n, np.int64)  # empty: bytes 0:0 of run 0
+        if not held.any():
+            return file_ids[:1], starts[:1] * 0, starts[:1] * 0, piece_run, piece_offset
+        run_file, run_start, run_stop, piece_run[held], piece_offset[held] = plan_runs(
+            file_ids[held], starts[held], stops[held], sizes, budget)
+        return run_file, run_start, run_stop, piece_run, piece_offset
     # One line of positions: each file after the previous one (a gap between files is never bridged).
     base = np.concatenate(([0], np.cumsum(np.asarray(sizes, np.int64) + 1)[:-1]))
     begin, end = base[file_ids] + starts, base[file_ids] + stops
@@ -502,6 +519,26 @@ def _check_length(obj: RemoteObject, start: int, stop: int, data: bytes) -> byte
     raise _ShortBody(f"{len(data)} of {stop - start} bytes")
 
 
+class HTTPStatus(Exception):
+    """An HTTP answer that is not the range: ``status`` is what _status reads."""
+
+    def __init__(self, status: int, url):
+        super().__init__(f"HTTP {status} from {url}")
+        self.status = status
+
+
+def _check_status(obj: RemoteObject, start: int, stop: int, status: int, url) -> None:
+    """The answer to a ranged GET of either HTTP client, by its status (``url``: where it came
+    from, after redirects)."""
+    if status == 404:
+        raise FileNotFoundError(obj.url)
+    if status >= 400:
+        raise HTTPStatus(status, url)
+    if status != 206 and (start, stop) != (0, obj.size):
+        raise RemoteReadError(obj.url, start, stop, f"the server answered {status} with the whole file "
+                                                    "(it does not honour Range requests)")
+
+
 def _failure(obj: RemoteObject, start: int, stop: int, error, attempts: int):
     kind = _classify(error)
     if kind == "changed":
@@ -545,12 +582,7 @@ class _HttpTarget:
         obj = self.obj
         headers = {**self.headers, "Range": f"bytes={start}-{stop - 1}"}
         async with session.get(self.url, headers=headers, **self.options) as response:
-            if response.status == 404:
-                raise FileNotFoundError(obj.url)
-            response.raise_for_status()
-            if response.status != 206 and (start, stop) != (0, obj.size):
-                raise RemoteReadError(obj.url, start, stop, f"the server answered {response.status} with the whole "
-                                                            "file (it does not honour Range requests)")
+            _check_status(obj, start, stop, response.status, response.url)
             return await response.read()
 
 
@@ -592,21 +624,46 @@ class _Batch:
             try:
                 _check_wanted(obj, start, stop, self.dropped)
                 data = _check_length(obj, start, stop, await self.send(obj, start, stop, route))
-                break
-            except RemoteReadError as error:
-                return self.fail(error)
             except Exception as error:  # noqa: BLE001 (classified)
-                if _classify(error) != "retry" or attempt == self.retries:
-                    failure = _failure(obj, start, stop, error, attempt + 1)
-                    failure.__cause__ = error
-                    return self.fail(failure)
-                logger.info(f"{obj.url} [{start}, {stop}): {type(error).__name__}: {error}; retrying")
+                if not self.retry_after(i, error, attempt):
+                    return
                 # The worker waits out the backoff: a failing server gets fewer requests at once.
                 await asyncio.sleep(_backoff(attempt))
+                continue
+            return self.answered(i, data)
+
+    def answered(self, i: int, data: bytes) -> None:
         self.results[i] = data
         self.remaining -= 1
         if self.remaining == 0 and not self.future.done():
             self.future.set_result(self.results)
+
+    def retry_after(self, i: int, error: Exception, attempt: int) -> bool:
+        """Attempt ``attempt`` of part i failed with ``error``: True when it is to be retried,
+        else the batch fails with an error naming the file and range."""
+        obj, start, stop, _ = self.parts[i]
+        if isinstance(error, RemoteReadError):
+            self.fail(error)
+            return False
+        if _classify(error) != "retry" or attempt == self.retries:
+            failure = _failure(obj, start, stop, error, attempt + 1)
+            failure.__cause__ = error
+            self.fail(failure)
+            return False
+        logger.info(f"{obj.url} [{start}, {stop}): {type(error).__name__}: {error}; retrying")
+        return True
+
+    def wait(self, call_soon) -> list[bytes]:
+        """Every body, waited for in the calling thread. Interrupted there (KeyboardInterrupt),
+        the batch sends no more: ``call_soon(function, *args)`` runs ``fail`` where the batch
+        is sent."""
+        try:
+            return self.future.result()
+        except BaseException:
+            if not self.future.done():
+                obj, start, stop, _ = self.parts[0]
+                call_soon(self.fail, RemoteReadError(obj.url, start, stop, "not fetched: the caller was interrupted"))
+            raise
 
     def fail(self, error: BaseException) -> None:
         """Ends the batch: its requests not yet sent never are."""
@@ -703,26 +760,15 @@ def _fetch_async(access: RemoteAccess, fs, parts, dropped: threading.Event | Non
 
     batch = _Batch(parts, send, access.retries, priority, dropped)
     fs.loop.call_soon_threadsafe(_submit, batch)
-    try:
-        return batch.future.result()
-    except BaseException as error:
-        if not batch.future.done():  # interrupted here (KeyboardInterrupt): send no more of it
-            fs.loop.call_soon_threadsafe(batch.fail, RemoteReadError(parts[0][0].url, parts[0][1], parts[0][2],
-                                                                     "not fetched: the caller was interrupted"))
-        raise error
+    return batch.wait(fs.loop.call_soon_threadsafe)
 
 
 _REQUESTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # event loop -> its _Requests
-_POOL: tuple[int, ThreadPoolExecutor] | None = None
 _SYNC_FILES: OrderedDict = OrderedDict()
 
 
 def _pool() -> ThreadPoolExecutor:
-    global _POOL
-    with _LOCK:
-        if _POOL is None or _POOL[0] != os.getpid():  # threads do not survive a fork
-            _POOL = (os.getpid(), ThreadPoolExecutor(THREADS_IN_FLIGHT, thread_name_prefix="mmidx-remote"))
-        return _POOL[1]
+    return per_process("thread pool", lambda: ThreadPoolExecutor(THREADS_IN_FLIGHT, thread_name_prefix="mmidx-remote"))
 
 
 def _get_sync(fs, obj: RemoteObject, start: int, stop: int) -> bytes:

@@ -24,7 +24,7 @@ aiohttp ``auth``, ``ssl``, cookies, a session factory) keep a filesystem on aioh
 - redirects followed (at most 10, as aiohttp), a total timeout per request.
 
 Faults are classified as the aiohttp path's (remote._classify): an HTTP status through
-:class:`HTTPStatus`, libcurl's transport errors as ConnectionError or TimeoutError (retried),
+remote.HTTPStatus, libcurl's transport errors as ConnectionError or TimeoutError (retried),
 a bad certificate or URL as :class:`CurlError` (not retried). A server that answers a range
 with more bytes than asked (no Range support) is stopped at the first excess byte.
 """
@@ -41,9 +41,9 @@ import threading
 import time
 
 from .errors import RemoteReadError
-from .remote import REQUESTS_IN_FLIGHT, RemoteObject, _backoff, _check_length, _check_wanted, _classify, _failure
-from .remote import _Batch as _RequestBatch  # the fields and fail() a batch has on either path
-from .remote import _HttpTarget, _next_part, _trusted_environment, logger
+from .remote import REQUESTS_IN_FLIGHT, RemoteObject, _backoff, _check_length, _check_status, _check_wanted
+from .remote import _Batch as _RequestBatch  # the fields, answers and failures a batch has on either path
+from .remote import _HttpTarget, _next_part, _trusted_environment, per_process
 
 # libcurl's transport errors that a new attempt may cure (the rest, a bad certificate or URL,
 # are refused at once): couldn't resolve / connect, partial file, send / receive errors, got
@@ -51,14 +51,6 @@ from .remote import _HttpTarget, _next_part, _trusted_environment, logger
 _TIMEOUTS = {28}
 _RETRIED = {5, 6, 7, 16, 18, 35, 52, 55, 56, 92}
 _TOO_MUCH = 23  # CURLE_WRITE_ERROR: our write callback refused a body longer than the range
-
-
-class HTTPStatus(Exception):
-    """An HTTP answer that is not the range: ``status`` is read by remote._status."""
-
-    def __init__(self, status: int, url: str):
-        super().__init__(f"HTTP {status} from {url}")
-        self.status = status
 
 
 class CurlError(Exception):
@@ -153,9 +145,9 @@ class _Transfers:
         with contextlib.suppress(BlockingIOError):  # a full pipe: the thread has wake-ups pending anyway
             os.write(self.wake_write, b"x")
 
-    def abandon(self, batch: _Batch, error: BaseException) -> None:
+    def call_locked(self, function, *args) -> None:
         with self.lock:
-            batch.fail(error)
+            function(*args)
 
     # --- the thread ------------------------------------------------------------------------
     def _watch(self, what: int, fd: int, multi, data) -> None:
@@ -278,43 +270,14 @@ class _Transfers:
                     raise TimeoutError(f"libcurl: {message}")
                 raise (ConnectionError(f"libcurl error {code}: {message}") if code in _RETRIED
                        else CurlError(code, message))
-            if status == 404:
-                raise FileNotFoundError(obj.url)
-            if status >= 400:
-                raise HTTPStatus(status, url)
-            if status != 206 and (start, stop) != (0, obj.size):
-                raise RemoteReadError(obj.url, start, stop, f"the server answered {status} with the whole file "
-                                                            "(it does not honour Range requests)")
+            _check_status(obj, start, stop, status, url)
             data = _check_length(obj, start, stop, b"".join(chunks))
-        except RemoteReadError as error:
-            batch.fail(error)
+        except Exception as error:  # noqa: BLE001 (classified by the batch)
+            if batch.retry_after(i, error, attempt):
+                heapq.heappush(self.retrying, (time.monotonic() + _backoff(attempt), next(self.arrivals), batch, i,
+                                               attempt + 1))
             return
-        except Exception as error:  # noqa: BLE001 (classified)
-            if _classify(error) != "retry" or attempt == batch.retries:
-                failure = _failure(obj, start, stop, error, attempt + 1)
-                failure.__cause__ = error
-                batch.fail(failure)
-                return
-            logger.info(f"{obj.url} [{start}, {stop}): {type(error).__name__}: {error}; retrying")
-            heapq.heappush(self.retrying, (time.monotonic() + _backoff(attempt), next(self.arrivals), batch, i,
-                                           attempt + 1))
-            return
-        batch.results[i] = data
-        batch.remaining -= 1
-        if batch.remaining == 0:
-            batch.future.set_result(batch.results)
-
-
-_TRANSFERS: tuple[int, _Transfers] | None = None
-_LOCK = threading.Lock()
-
-
-def _transfers() -> _Transfers:
-    global _TRANSFERS
-    with _LOCK:
-        if _TRANSFERS is None or _TRANSFERS[0] != os.getpid():  # threads do not survive a fork
-            _TRANSFERS = (os.getpid(), _Transfers(REQUESTS_IN_FLIGHT))
-        return _TRANSFERS[1]
+        batch.answered(i, data)
 
 
 def fetch(access, fs, parts, dropped: threading.Event | None = None, priority: int = 0) -> list[bytes]:
@@ -328,12 +291,6 @@ def fetch(access, fs, parts, dropped: threading.Event | None = None, priority: i
         if (obj.url, id(route)) not in targets:
             targets[obj.url, id(route)] = _Target(fs, obj, route, environment)
     batch = _Batch(parts, targets, access.retries, access.timeout, priority, dropped)
-    transfers = _transfers()
+    transfers = per_process("libcurl transfers", lambda: _Transfers(REQUESTS_IN_FLIGHT))
     transfers.submit(batch)
-    try:
-        return batch.future.result()
-    except BaseException:
-        if not batch.future.done():  # interrupted here (KeyboardInterrupt): send no more of it
-            transfers.abandon(batch, RemoteReadError(parts[0][0].url, parts[0][1], parts[0][2],
-                                                     "not fetched: the caller was interrupted"))
-        raise
+    return batch.wait(transfers.call_locked)

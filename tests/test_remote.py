@@ -278,7 +278,7 @@ def test_http_ranges_are_fetched_on_the_io_loop_uvloops_when_installed(served, m
 
     if uvloop == "missing":
         monkeypatch.setitem(sys.modules, "uvloop", None)  # import uvloop raises ImportError
-    monkeypatch.setattr(remote, "_IO_LOOP", None)
+    monkeypatch.setattr(remote, "_PER_PROCESS", {})  # a new io loop, as in a new process
     monkeypatch.setattr(remote, "_FILESYSTEMS", {})
     folder, _ = served
     with RangeServer(folder) as server:
