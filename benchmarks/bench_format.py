@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mmidx_builder import mapped
+from mmidx_builder.storage import mapped
 from mmidx_builder.errors import MMIdxError
 from mmidx_builder.format import IndexedFile, IndexedFileWriter
 

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from . import provenance, sampling
-from ._io import write_atomically
+from .storage.files import write_atomically
 from .errors import ParameterError
 from .format import IndexedFile, split_prefix
 from .source import Concatenated

@@ -25,7 +25,7 @@ from typing import IO, Callable, Iterable, Iterator, Sequence
 import numpy as np
 import pyarrow as pa
 
-from ._io import atomic_output, is_remote
+from .storage.files import atomic_output, is_remote
 from .checks import check_int
 from .errors import FormatError, MissingPartnerError, ParameterError
 # fairseq's max_tokens batching lives in its own module (pure index arithmetic); its names

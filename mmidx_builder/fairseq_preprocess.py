@@ -30,7 +30,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from ._io import temporary_path
+from .storage.files import temporary_path
 from .checks import check_int
 from .dtypes import Flavour, writer_dtype
 from .errors import ConvertError, ParameterError

@@ -37,12 +37,12 @@ from typing import IO, Callable, Iterable, Sequence
 
 import numpy as np
 
-from . import _io
-from ._io import (TEMPORARY_MARK, WriterLock,  # noqa: F401  (TEMPORARY_MARK: tests read it here)
-                  file_identity, not_a_regular_file, remove_quietly, temporary_path, temporary_stem)
+from .storage.files import (TEMPORARY_MARK, WriterLock,  # noqa: F401  (TEMPORARY_MARK: tests read it here)
+                            file_identity, not_a_regular_file, remove_quietly, remove_stale_temporaries as remove_stale_files,
+                            temporary_path, temporary_stem)
 from .dtypes import DTYPE_TABLES, FAIRSEQ_DTYPES, MEGATRON_DTYPES, Flavour, dtype_code, smallest_dtype, writer_dtype  # noqa: F401
 from .errors import FormatError, MissingPartnerError, ParameterError
-from .mapped import MappedFile, gather
+from .storage.mapped import MappedFile, gather
 from .source import check_pieces, combined_identity, first_bad
 
 MAGIC = b"MMIDIDX\x00\x00"
@@ -150,12 +150,12 @@ class BinReader:
 
 
 class MemmapBinReader(BinReader):
-    """A local ``.bin``, memory-mapped and read through :class:`~mmidx_builder.mapped.MappedFile`:
+    """A local ``.bin``, memory-mapped and read through :class:`~mmidx_builder.storage.mapped.MappedFile`:
     the kernel copies the runs out of the map, so a file truncated while in use is a
     FormatError, never SIGBUS (mapped.py says why and what it costs). Reads return arrays of
     their own, never views of the map.
 
-    ``expected_identity`` (what :func:`~mmidx_builder._io.stat_identity` said of the file when
+    ``expected_identity`` (what :func:`~mmidx_builder.storage.files.stat_identity` said of the file when
     the pair was first opened) makes a reopening refuse a file that was replaced since: a
     worker process that maps the new ``.bin`` under the old index would serve wrong tokens.
     """
@@ -255,7 +255,7 @@ class FileBinReader(BinReader):
 
 class _IndexInMemory:
     """An ``.idx`` read whole into memory (a remote one): the same ``read``/``entries`` as a
-    local :class:`~mmidx_builder.mapped.MappedFile`, as views of the bytes (nothing can
+    local :class:`~mmidx_builder.storage.mapped.MappedFile`, as views of the bytes (nothing can
     truncate them)."""
 
     def __init__(self, data: bytes, path: str):
@@ -696,9 +696,9 @@ def remove_stale_temporaries(prefix: str) -> list[str]:
     returns their paths. Current writers use hidden names; older ones wrote visible ones."""
     folder, name = os.path.split(prefix)
     names = [name + ext for ext in (".bin", ".idx")]
-    # A name near NAME_MAX takes a cut and hashed temporary stem (_io.temporary_stem): those too.
+    # A name near NAME_MAX takes a cut and hashed temporary stem (storage.files.temporary_stem): those too.
     stems = [os.path.basename(temporary_stem(os.path.join(folder, n)))[1:] for n in names]
-    return _io.remove_stale_temporaries(folder, tuple(dict.fromkeys(glob.escape(n) for n in names + stems)))
+    return remove_stale_files(folder, tuple(dict.fromkeys(glob.escape(n) for n in names + stems)))
 
 
 class IndexedFileWriter:
@@ -710,7 +710,7 @@ class IndexedFileWriter:
     (an old ``.idx`` and provenance sidecar removed first, the new ``.idx`` renamed last), so
     an interrupted write never leaves a pair that looks valid, and a killed writer's
     leftovers are invisible to loading and removed by the next writer of the same prefix.
-    The writer holds a :class:`~mmidx_builder._io.WriterLock` on the prefix from start to
+    The writer holds a :class:`~mmidx_builder.storage.files.WriterLock` on the prefix from start to
     close: a second writer of the same prefix is refused with ``ConcurrentWriteError``
     (pass ``lock`` to write under a lock the caller already holds)::
 

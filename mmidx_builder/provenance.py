@@ -50,7 +50,7 @@ import xxhash
 
 from .errors import FormatError
 from .format import SIDECAR_SUFFIX, split_prefix
-from ._io import file_identity, is_remote, read_small_file, write_atomically
+from .storage.files import file_identity, is_remote, read_small_file, write_atomically
 
 logger = logging.getLogger(__name__)
 

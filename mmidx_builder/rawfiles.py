@@ -42,12 +42,12 @@ from typing import IO, Callable, Sequence
 
 import numpy as np
 
-from ._io import file_identity, stat_identity
+from .storage.files import file_identity, stat_identity
 from .checks import check_int
 from .dtypes import raw_token_dtype
 from .errors import FormatError, ParameterError
 from .format import opened_size
-from .mapped import MappedFile, gather
+from .storage.mapped import MappedFile, gather
 from .remote import read_ranges, remote_access_for
 from .source import check_pieces, combined_identity
 

@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._io import is_remote, remove_quietly, temporary_path
+from .storage.files import is_remote, remove_quietly, temporary_path
 from .errors import MissingPartnerError, RemoteChangedError, RemoteReadError
 from .format import BinReader
 

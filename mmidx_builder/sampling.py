@@ -36,8 +36,8 @@ from typing import Iterator
 
 import numpy as np
 
-from . import array_cache
-from ._io import temporary_path
+from .storage import array_cache
+from .storage.files import temporary_path
 from .checks import check_int, check_seed
 from .errors import ParameterError
 

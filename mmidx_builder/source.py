@@ -17,7 +17,7 @@ from typing import Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from ._io import file_identity, replaced_error
+from .storage.files import file_identity, replaced_error
 from .errors import FormatError, ParameterError
 
 

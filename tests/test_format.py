@@ -408,7 +408,7 @@ def _random_pieces(rng, starts, count):
 def test_read_pieces_matches_slicing(gather_file, monkeypatch, path, opener, lengths):
     """Both ways mapped.py reads a local file, before and after the lengths are copied (the
     starts of the pieces come from the index's pointers, then from the copied lengths)."""
-    from mmidx_builder import mapped
+    from mmidx_builder.storage import mapped
 
     prefix, tokens, starts = gather_file
     if path == "pread":

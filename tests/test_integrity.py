@@ -292,7 +292,7 @@ def test_two_converts_to_one_prefix_one_succeeds_and_the_pair_is_whole(tmp_path)
 
 
 def test_a_second_writer_is_refused_while_one_holds_the_prefix_and_a_killed_holder_leaves_no_stale_lock(tmp_path):
-    from mmidx_builder._io import WriterLock
+    from mmidx_builder.storage.files import WriterLock
     from mmidx_builder.convert import merge
     from mmidx_builder.errors import ConcurrentWriteError
 
@@ -303,7 +303,7 @@ def test_a_second_writer_is_refused_while_one_holds_the_prefix_and_a_killed_hold
         with pytest.raises(ConcurrentWriteError):
             write_documents(tmp_path / "out", [[4]], dtype=np.uint16)
     assert not os.path.exists(tmp_path / "out.bin")
-    code = ("import os, signal; from mmidx_builder._io import WriterLock; "
+    code = ("import os, signal; from mmidx_builder.storage.files import WriterLock; "
             f"lock = WriterLock({str(tmp_path / 'out')!r}); os.kill(os.getpid(), signal.SIGKILL)")
     assert subprocess.run([sys.executable, "-c", code]).returncode == -9
     assert os.path.exists(tmp_path / ".out.lock")  # the file stays, the lock died with its holder

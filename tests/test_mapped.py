@@ -11,9 +11,9 @@ import os
 import numpy as np
 import pytest
 
-from mmidx_builder import mapped
+from mmidx_builder.storage import mapped
 from mmidx_builder.errors import FormatError
-from mmidx_builder.mapped import MappedFile, gather
+from mmidx_builder.storage.mapped import MappedFile, gather
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 

@@ -76,7 +76,7 @@ def test_every_file_reads_as_frombuffer_of_its_bytes(files, n_bytes):
 @pytest.mark.parametrize("path", ["process_vm_readv", "pread"])
 @pytest.mark.parametrize("n_bytes", N_BYTES)
 def test_read_pieces_matches_slices_of_the_reference(files, n_bytes, path, monkeypatch):
-    from mmidx_builder import mapped
+    from mmidx_builder.storage import mapped
 
     if path == "pread":  # the way mapped.py reads where process_vm_readv cannot be used
         monkeypatch.setattr(mapped, "_READV", None)

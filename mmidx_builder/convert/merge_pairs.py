@@ -6,7 +6,7 @@ import os
 from typing import Sequence
 
 from .. import provenance
-from .._io import WriterLock
+from ..storage.files import WriterLock
 from ..errors import ConvertError
 from ..format import IndexedFile, IndexedFileWriter, split_prefix
 from .outputs import refuse_existing

@@ -11,7 +11,7 @@ from typing import Sequence
 import numpy as np
 
 from .. import provenance
-from .._io import WriterLock
+from ..storage.files import WriterLock
 from ..dtypes import megatron_writer_dtype
 from ..errors import ConvertError, ParameterError
 from ..format import IndexedFileWriter, split_prefix

@@ -17,7 +17,7 @@ import logging
 import os
 import re
 
-from .._io import is_remote
+from ..storage.files import is_remote
 from ..errors import FormatError
 
 logger = logging.getLogger(__name__)

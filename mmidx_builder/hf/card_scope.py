@@ -26,7 +26,7 @@ import os
 import posixpath
 import re
 
-from .._io import is_remote, open_regular
+from ..storage.files import is_remote, open_regular
 from ..errors import ParameterError
 from ..megatron.args import BLEND_SETTINGS, inline_argument_files, named_paths
 

@@ -38,7 +38,7 @@ import numpy as np
 import pyarrow as pa
 
 from .. import provenance, sampling
-from .._io import file_identity, is_remote
+from ..storage.files import file_identity, is_remote
 from ..checks import check_bool, check_int
 from ..dtypes import cast_tokens, integer_dtype
 from ..errors import MissingPartnerError, ParameterError

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import datasets
 import pyarrow as pa
 
-from .._io import is_remote
+from ..storage.files import is_remote
 from ..fairseq import (Dictionary, LanguagePairs, check_upsample_primary, dictionary_path, find_language_pairs,
                        is_pair_file, pair_tables)
 from ..fairseq_items import PairItems

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import provenance
-from .._io import is_remote
+from ..storage.files import is_remote
 from ..format import IndexedFile, split_prefix
 from ..source import Concatenated
 from .common import GPTConfig, GPTSamplesBuilder, Plan, opened_samples, pair_data_files, ranged

@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from .. import provenance
-from .._io import is_remote
+from ..storage.files import is_remote
 from .card_checksums import verify_against_card
 from ..dtypes import common_token_dtype
 from ..errors import ParameterError

@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass
 
 from .. import provenance
-from .._io import is_remote
+from ..storage.files import is_remote
 from ..errors import ParameterError
 from ..rawfiles import RawFiles, check_n_bytes
 from .common import GPTConfig, GPTSamplesBuilder, Plan, opened_samples, ranged

@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 
 from .. import provenance
-from .._io import is_remote
+from ..storage.files import is_remote
 from ..checks import check_int
 from ..dtypes import cast_tokens
 from ..rawfiles import RawFiles, diff_chunks, diff_samples, labels_for

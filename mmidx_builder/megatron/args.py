@@ -47,7 +47,7 @@ import json
 import shlex
 import warnings
 
-from .._io import read_small_file
+from ..storage.files import read_small_file
 from ..errors import FormatError, ParameterError
 from ..sampling import DEFAULT_SEED, DEFAULT_SEQ_LENGTH, check_settings
 from .plan import DEFAULT_SURPLUS, SplitPlan, megatron_plan, parse_data_path

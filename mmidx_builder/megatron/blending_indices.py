@@ -54,7 +54,7 @@ import warnings
 
 import numpy as np
 
-from .. import array_cache
+from ..storage import array_cache
 from ..checks import check_int
 from ..errors import ParameterError
 

@@ -23,7 +23,7 @@ import warnings
 import numpy as np
 import xxhash
 
-from ._io import remove_stale_temporaries, write_atomically
+from .files import remove_stale_temporaries, write_atomically
 
 DIGEST_KEY = "xxh3_128"
 

@@ -31,8 +31,8 @@ import threading
 
 import numpy as np
 
-from ._io import open_regular, replaced_error, stat_identity
-from .errors import FormatError
+from .files import open_regular, replaced_error, stat_identity
+from ..errors import FormatError
 
 # The kernel's UIO_MAXIOV: runs per process_vm_readv call.
 _RUNS_PER_CALL = 1024
@@ -61,7 +61,7 @@ _UNUSABLE = {errno.ENOSYS, errno.EPERM, errno.EACCES, errno.EINVAL}
 class MappedFile:
     """A local regular file, mapped, read only through :meth:`gather` (see the module doc).
 
-    ``expected_identity`` (what :func:`~mmidx_builder._io.stat_identity` said of the file when
+    ``expected_identity`` (what :func:`~mmidx_builder.storage.files.stat_identity` said of the file when
     it was first opened) refuses another file at the path since. Pickling (worker processes)
     opens the file again by name, refusing it if it is not the same file.
     """

@@ -18,7 +18,7 @@ import stat
 import uuid
 from typing import Callable, Iterator
 
-from .errors import ConcurrentWriteError
+from ..errors import ConcurrentWriteError
 
 TEMPORARY_MARK = ".tmp-"
 
@@ -188,7 +188,7 @@ def open_regular(path: str | os.PathLike, mode: str = "rb"):
     (``O_NONBLOCK``) and anything but a regular file raises :class:`FormatError` saying what
     it is. Symbolic links are followed (a Hub snapshot's files are links into ``blobs/``).
     """
-    from .errors import FormatError
+    from ..errors import FormatError
 
     if mode != "rb":
         raise ValueError(f"open_regular opens for binary reading only, not {mode!r}")
@@ -207,7 +207,7 @@ def open_regular(path: str | os.PathLike, mode: str = "rb"):
 def read_small_file(path: str | os.PathLike, limit: int, opener: Callable | None = None) -> bytes:
     """The bytes of a small file, at most ``limit`` (else :class:`FormatError`): a local regular
     file (:func:`open_regular`), or what ``opener`` (``open``'s signature) opens."""
-    from .errors import FormatError
+    from ..errors import FormatError
 
     path = os.fspath(path)
     with (opener or open_regular)(path, "rb") as f:
@@ -261,7 +261,7 @@ def stat_identity(path: str | os.PathLike, stat: os.stat_result) -> str:
 
 def replaced_error(path: str, expected: str, found: str):
     """The error for a file that is not the one first opened (identities as :func:`stat_identity`)."""
-    from .errors import FormatError
+    from ..errors import FormatError
 
     return FormatError(path, "file identity", f"the file opened first (inode, size, mtime, ctime "
                        f"{expected.rsplit(':', 4)[1:]})", f"another file ({found.rsplit(':', 4)[1:]})",
