@@ -91,9 +91,9 @@ def run_row(spec: dict) -> dict:
 
     import mmidx_builder  # noqa: F401
 
-    from mmidx_builder import remote
+    from mmidx_builder.storage.remote import fetching
 
-    remote.HTTP_CLIENT = spec.get("http_client", "auto")
+    fetching.HTTP_CLIENT = spec.get("http_client", "auto")
     options = dict(seq_length=SEQ, split="train", streaming=True, cache_dir=spec["hf_cache"])
     if spec.get("storage_options"):
         options["storage_options"] = spec["storage_options"]
@@ -179,7 +179,7 @@ def main() -> None:
                         help="aio: asyncio server in its own process; http: the threaded test server")
     parser.add_argument("--http-clients", default="auto",
                         help="aio rows per HTTP client: auto (libcurl when pycurl is installed, as a user gets it),"
-                             " aiohttp (remote.HTTP_CLIENT), or both: auto,aiohttp")
+                             " aiohttp (fetching.HTTP_CLIENT), or both: auto,aiohttp")
     parser.add_argument("--row", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.row:
@@ -276,7 +276,7 @@ def main() -> None:
             rows.append(("megatron _S3BinReader (moto)", 25.0, result, s3.gets.get("data/corpus.bin"),
                          s3.sent.get("data/corpus.bin"), args.s3_samples))
 
-    from mmidx_builder import remote_curl
+    from mmidx_builder.storage.remote import curl as remote_curl
 
     print(f"corpus: {args.tokens / 1e6:.0f}M tokens, lognormal documents (mean 500), seq_length {SEQ}; "
           f"{args.samples or 'all'} samples per pass ({args.s3_samples or 'all'} on moto), 3 passes per row; "

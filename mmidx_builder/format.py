@@ -31,18 +31,18 @@ import glob
 import os
 import shutil
 import struct
-import threading
 from dataclasses import dataclass
 from typing import IO, Callable, Iterable, Sequence
 
 import numpy as np
 
+from .storage.bin_readers import BinReader
 from .storage.files import (TEMPORARY_MARK, WriterLock,  # noqa: F401  (TEMPORARY_MARK: tests read it here)
-                            file_identity, not_a_regular_file, remove_quietly, remove_stale_temporaries as remove_stale_files,
-                            temporary_path, temporary_stem)
+                            file_identity, remove_quietly, temporary_path, temporary_stem)
+from .storage.files import remove_stale_temporaries as remove_stale_files
+from .storage.pairs import check_partners, open_pair  # noqa: F401  (check_partners: callers find it here)
 from .dtypes import DTYPE_TABLES, FAIRSEQ_DTYPES, MEGATRON_DTYPES, Flavour, dtype_code, smallest_dtype, writer_dtype  # noqa: F401
 from .errors import FormatError, MissingPartnerError, ParameterError
-from .storage.mapped import MappedFile, gather
 from .source import check_pieces, combined_identity, first_bad
 
 MAGIC = b"MMIDIDX\x00\x00"
@@ -131,181 +131,6 @@ def parse_header(head: bytes, file_size: int, path) -> Header:
     return Header(flavour, np.dtype(table[code]).newbyteorder("<"), code, count, documents, multimodal)
 
 
-class BinReader:
-    """The seam behind which a ``.bin`` is read: memory map, plain file or remote ranges."""
-
-    size: int
-    remote = False  # True when reads are network round trips (callers may read ahead)
-
-    def read(self, start: int, count: int) -> np.ndarray:
-        """``count`` tokens from token position ``start``."""
-        raise NotImplementedError
-
-    def gather(self, starts: np.ndarray, lengths: np.ndarray, out: np.ndarray) -> None:
-        """Copies the runs ``[starts[i], starts[i] + lengths[i])`` one after another into ``out``."""
-        position = 0
-        for start, length in zip(starts.tolist(), lengths.tolist()):
-            out[position:position + length] = self.read(start, length)
-            position += length
-
-
-class MemmapBinReader(BinReader):
-    """A local ``.bin``, memory-mapped and read through :class:`~mmidx_builder.storage.mapped.MappedFile`:
-    the kernel copies the runs out of the map, so a file truncated while in use is a
-    FormatError, never SIGBUS (mapped.py says why and what it costs). Reads return arrays of
-    their own, never views of the map.
-
-    ``expected_identity`` (what :func:`~mmidx_builder.storage.files.stat_identity` said of the file when
-    the pair was first opened) makes a reopening refuse a file that was replaced since: a
-    worker process that maps the new ``.bin`` under the old index would serve wrong tokens.
-    """
-
-    def __init__(self, path: str, dtype: np.dtype, expected_identity: str | None = None):
-        self.path = path
-        self.dtype = dtype
-        self._file = MappedFile(path, expected_identity)
-        self.size, self.identity = self._file.size, self._file.identity
-
-    def __getstate__(self):
-        # Pickling (datasets' worker processes) must not copy the whole .bin: map it again
-        # there, and only if it is still the file this process opened.
-        return {"path": self.path, "dtype": self.dtype, "identity": self.identity}
-
-    def __setstate__(self, state):
-        self.__init__(state["path"], state["dtype"], state.get("identity"))
-
-    def read(self, start: int, count: int) -> np.ndarray:
-        return self._file.read(start * self.dtype.itemsize, count, self.dtype)
-
-    def gather(self, starts: np.ndarray, lengths: np.ndarray, out: np.ndarray) -> None:
-        if len(starts) == 0:
-            return
-        target = out
-        if not (out.dtype == self.dtype and out.flags.c_contiguous and out.flags.writeable):
-            target = np.empty(out.shape, self.dtype)
-        itemsize = self.dtype.itemsize
-        gather([self._file], None, np.asarray(starts, np.int64) * itemsize, np.asarray(lengths, np.int64) * itemsize,
-               target)
-        if target is not out:
-            out[...] = target
-
-
-def opened_size(path: str, opener: Callable[..., IO[bytes]]) -> int:
-    """The size of a file reached through ``opener``. fsspec's HTTP filesystem hands out an
-    unseekable stream when the server reports size 0 or none; only then are the bytes
-    counted by reading them."""
-    with opener(path, "rb") as f:
-        try:
-            return f.seek(0, os.SEEK_END)
-        except (ValueError, OSError):
-            size = 0
-            while chunk := f.read(1 << 20):
-                size += len(chunk)
-            return size
-
-
-class FileBinReader(BinReader):
-    """Ranged reads through a file object (an ``open``-like callable the caller chose), one
-    request per run; remote.RemoteBinReader is the fast way to read remote files."""
-
-    remote = True
-
-    def __init__(self, path: str, dtype: np.dtype, opener: Callable[..., IO[bytes]]):
-        self.path = path
-        self.dtype = dtype
-        self._opener = opener
-        self._file = None
-        # One file object, one position: remote sources are read ahead from several threads.
-        self._lock = threading.Lock()
-        self.size = opened_size(path, opener)
-
-    def __getstate__(self):
-        state = dict(self.__dict__)
-        state["_file"] = None  # reopened lazily in the worker process
-        del state["_lock"]
-        return state
-
-    def __setstate__(self, state):
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
-
-    def read(self, start: int, count: int) -> np.ndarray:
-        itemsize = self.dtype.itemsize
-        with self._lock:
-            if self._file is None:
-                self._file = self._opener(self.path, "rb")
-            self._file.seek(start * itemsize)
-            data = self._file.read(count * itemsize)
-        if len(data) != count * itemsize:
-            raise FormatError(self.path, "tokens", f"{count * itemsize} bytes at byte {start * itemsize}",
-                              f"{len(data)} bytes", hint="the file changed or the read was cut short")
-        return np.frombuffer(data, dtype=self.dtype)
-
-    def gather(self, starts: np.ndarray, lengths: np.ndarray, out: np.ndarray) -> None:
-        # Neighbouring runs (consecutive sequences of one document) become one request.
-        starts = np.asarray(starts, np.int64)
-        lengths = np.asarray(lengths, np.int64)
-        if len(starts) == 0:
-            return
-        breaks = np.flatnonzero(starts[1:] != starts[:-1] + lengths[:-1]) + 1
-        group_first = np.concatenate(([0], breaks))
-        group_lengths = np.add.reduceat(lengths, group_first)
-        super().gather(starts[group_first], group_lengths, out)
-
-
-class _IndexInMemory:
-    """An ``.idx`` read whole into memory (a remote one): the same ``read``/``entries`` as a
-    local :class:`~mmidx_builder.storage.mapped.MappedFile`, as views of the bytes (nothing can
-    truncate them)."""
-
-    def __init__(self, data: bytes, path: str):
-        self._data, self.path, self.size = memoryview(data), path, len(data)
-        self.identity = file_identity(path)  # a URL is its own identity
-
-    def read(self, offset: int, count: int, dtype) -> np.ndarray:
-        return np.frombuffer(self._data, dtype, count, offset)
-
-    def entries(self, offset: int, dtype, ids) -> np.ndarray:
-        ids = np.asarray(ids, np.int64)
-        dtype = np.dtype(dtype)
-        table = np.frombuffer(self._data, dtype, (self.size - offset) // dtype.itemsize, offset)
-        return table[ids]
-
-
-def _open_idx(path: str, opener, expected_identity: str | None = None):
-    """A local ``.idx`` as a MappedFile, else read whole through ``opener``."""
-    if opener is None:
-        return MappedFile(path, expected_identity)
-    with opener(path, "rb") as f:
-        return _IndexInMemory(f.read(), path)
-
-
-def _exists(path: str, opener) -> bool:
-    if opener is None:
-        return os.path.isfile(path)
-    try:
-        with opener(path, "rb"):
-            return True
-    except (FileNotFoundError, OSError):
-        return False
-
-
-def check_partners(idx_path: str, bin_path: str, opener=None) -> None:
-    """Both files of a pair exist (through ``opener`` when given), else a MissingPartnerError
-    naming the one that is missing; a local one that is a FIFO or a directory is named as such."""
-    for path in (idx_path, bin_path) if opener is None else ():
-        kind = not_a_regular_file(path)
-        if kind:  # no usable partner there (a MissingPartnerError, as before), but said as it is
-            raise MissingPartnerError(path, "file", "a regular file (one of a .bin/.idx pair)", kind)
-    idx_there, bin_there = _exists(idx_path, opener), _exists(bin_path, opener)
-    if not idx_there and not bin_there:
-        raise MissingPartnerError(split_prefix(idx_path), "files", f"{idx_path} and {bin_path}", "neither exists")
-    for present, missing, there in ((idx_path, bin_path, bin_there), (bin_path, idx_path, idx_there)):
-        if not there:
-            raise MissingPartnerError(missing, "file", "the partner of " + present, "no such file",
-                                      hint="a .bin/.idx pair needs both files")
-
-
 # Sequences validated per step on open: bounds the temporaries (~36 bytes a sequence) to ~9 MiB.
 _VALIDATE_CHUNK = 1 << 18
 # Once the lengths are copied, where each sequence starts is kept as the start of its block of
@@ -345,7 +170,7 @@ class IndexedFile:
         self.idx_size = index.size
         self.bin_size = bin_reader.size
         self._bin = bin_reader
-        self._index = index  # mapped.MappedFile, or _IndexInMemory for a remote .idx
+        self._index = index  # storage.mapped.MappedFile, or storage.bin_readers.IndexInMemory for a remote .idx
         n = header.num_sequences
         self._lengths_at = header.size
         self._pointers_at = self._lengths_at + LENGTH_DTYPE.itemsize * n
@@ -378,22 +203,10 @@ class IndexedFile:
         """
         prefix = split_prefix(path)
         idx_path, bin_path = idx_path or prefix + ".idx", bin_path or prefix + ".bin"
-        from .remote import RemoteBinReader, remote_access_for  # remote.py imports this module
-
-        access = remote_access_for(opener, bin_path)
-        if access is not None:
-            idx, bin_object = access.open_pair(idx_path, bin_path)
-            index = _IndexInMemory(bytes(idx), idx_path)
-            header = parse_header(bytes(idx[:MEGATRON_HEADER_SIZE]), index.size, idx_path)
-            reader = RemoteBinReader(bin_path, header.dtype, access, bin_object)
-            return cls(prefix, header, index, reader, idx_path, bin_path)
-        check_partners(idx_path, bin_path, opener)
-        expected_idx, expected_bin = expected_identities or (None, None)
-        index = _open_idx(idx_path, opener, expected_idx)
-        head = min(index.size, MEGATRON_HEADER_SIZE)
-        header = parse_header(index.read(0, head, np.uint8).tobytes(), index.size, idx_path)
-        reader = (MemmapBinReader(bin_path, header.dtype, expected_bin) if opener is None
-                  else FileBinReader(bin_path, header.dtype, opener))
+        opened = open_pair(idx_path, bin_path, opener, expected_identities)
+        head = min(opened.index.size, MEGATRON_HEADER_SIZE)
+        header = parse_header(opened.index.read(0, head, np.uint8).tobytes(), opened.index.size, idx_path)
+        index, reader = opened.index, opened.bin_reader(header.dtype)
         return cls(prefix, header, index, reader, idx_path, bin_path)
 
     def __reduce__(self):

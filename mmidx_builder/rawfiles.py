@@ -46,9 +46,9 @@ from .storage.files import file_identity, stat_identity
 from .checks import check_int
 from .dtypes import raw_token_dtype
 from .errors import FormatError, ParameterError
-from .format import opened_size
+from .storage.bin_readers import opened_size
 from .storage.mapped import MappedFile, gather
-from .remote import read_ranges, remote_access_for
+from .storage.remote import read_ranges, remote_access_for
 from .source import check_pieces, combined_identity
 
 N_BYTES_CHOICES = (1, 2, 3, 4)

@@ -159,15 +159,15 @@ def test_leaving_a_remote_stream_drops_the_tables_it_would_have_read_next():
     release = threading.Event()
     started = []
 
-    import mmidx_builder.remote as remote
+    from mmidx_builder.storage.remote import request_queue
 
     dropped_while_made = []
 
     def make(rows):
         if rows[0] >= 20:  # the first two tables go through; the gathers after them wait
             release.wait(10)
-            # What a remote fetch in this thread checks before each request (remote.background_fetches).
-            dropped_while_made.append(remote._BACKGROUND.fetches[0].is_set())
+            # What a remote fetch in this thread checks before each request (request_queue.fetch_context).
+            dropped_while_made.append(request_queue.fetch_context()[0].is_set())
         started.append(len(rows))
         return pa.table({"row": pa.array(np.asarray(rows, np.int64))})
 

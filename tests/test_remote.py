@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from mmidx_builder.errors import MissingPartnerError, RemoteChangedError, RemoteReadError
 from mmidx_builder.format import IndexedFile, write_documents
 from mmidx_builder.rawfiles import RawFiles
-from mmidx_builder.remote import MERGE_GAP_BYTES, BlockCache, RemoteAccess, plan_runs
+from mmidx_builder.storage.remote import MERGE_GAP_BYTES, BlockCache, RemoteAccess, plan_runs
 from mmidx_builder.source import Concatenated, SequenceRange
 from range_server import RangeServer
 
@@ -60,26 +60,25 @@ def fast(access: RemoteAccess | None = None, **changes) -> RemoteAccess:
 def http_client(request, monkeypatch):
     """Every test here runs with HTTP ranges sent through libcurl (pycurl, the remote extra) and
     through aiohttp: the two paths must give the same bytes, faults and errors."""
-    import mmidx_builder.remote as remote
-    import mmidx_builder.remote_curl as remote_curl
+    from mmidx_builder.storage.remote import curl, fetching
 
     if request.param == "libcurl":
         pytest.importorskip("pycurl", reason="the remote extra's pycurl")
-        monkeypatch.setattr(remote, "HTTP_CLIENT", "auto")
+        monkeypatch.setattr(fetching, "HTTP_CLIENT", "auto")
     else:
         def refused(*args, **kwargs):
             raise AssertionError("HTTP_CLIENT is aiohttp, yet libcurl was asked")
 
-        monkeypatch.setattr(remote, "HTTP_CLIENT", "aiohttp")
-        monkeypatch.setattr(remote_curl, "fetch", refused)
+        monkeypatch.setattr(fetching, "HTTP_CLIENT", "aiohttp")
+        monkeypatch.setattr(curl, "fetch", refused)
     return request.param
 
 
 @pytest.fixture(autouse=True)
 def quick_backoff(monkeypatch):
-    import mmidx_builder.remote as remote
+    from mmidx_builder.storage.remote import request_queue
 
-    monkeypatch.setattr(remote, "BACKOFF_SECONDS", 0.01)
+    monkeypatch.setattr(request_queue, "BACKOFF_SECONDS", 0.01)
 
 
 # --- planning --------------------------------------------------------------------------------
@@ -230,12 +229,13 @@ def test_requests_waiting_for_a_slot_go_out_by_priority_then_arrival():
     import asyncio
 
     from mmidx_builder.errors import RemoteReadError
-    from mmidx_builder.remote import RemoteObject, _Batch, _Requests
+    from mmidx_builder.storage.remote import RemoteObject
+    from mmidx_builder.storage.remote.request_queue import Batch, Requests
 
     obj = RemoteObject("http://example/x.bin", 100)
 
     async def run():
-        requests, sent, release = _Requests(1), [], asyncio.Event()
+        requests, sent, release = Requests(1), [], asyncio.Event()
 
         def batch(name, priority, count):
             async def send(_obj, start, stop, _route):
@@ -245,7 +245,7 @@ def test_requests_waiting_for_a_slot_go_out_by_priority_then_arrival():
                 if name == "broken":
                     raise RemoteReadError(obj.url, start, stop, "refused")
                 return b"x" * (stop - start)
-            return _Batch([(obj, i, i + 1, None) for i in range(count)], send, 0, priority, None)
+            return Batch([(obj, i, i + 1, None) for i in range(count)], send, 0, priority, None)
 
         batches = {"first": batch("first", 9, 1)}
         requests.submit(batches["first"])
@@ -274,12 +274,13 @@ def test_http_ranges_are_fetched_on_the_io_loop_uvloops_when_installed(served, m
     extra installed it (less client CPU per request), asyncio's otherwise, with the same bytes."""
     import sys
 
-    import mmidx_builder.remote as remote
+    from mmidx_builder.storage.remote import access as access_module
+    from mmidx_builder.storage.remote import process_state
 
     if uvloop == "missing":
         monkeypatch.setitem(sys.modules, "uvloop", None)  # import uvloop raises ImportError
-    monkeypatch.setattr(remote, "_PER_PROCESS", {})  # a new io loop, as in a new process
-    monkeypatch.setattr(remote, "_FILESYSTEMS", {})
+    monkeypatch.setattr(process_state, "_PER_PROCESS", {})  # a new io loop, as in a new process
+    monkeypatch.setattr(access_module, "_FILESYSTEMS", {})
     folder, _ = served
     with RangeServer(folder) as server:
         access = fast()
@@ -296,7 +297,7 @@ def test_http_ranges_go_through_libcurl_unless_an_option_needs_aiohttp(served, m
     """With pycurl installed, HTTP ranges are libcurl's (less client CPU per request), but a
     filesystem option libcurl is not given (session options, ssl, cookies...) keeps that
     filesystem on aiohttp rather than dropping the option."""
-    import mmidx_builder.remote_curl as remote_curl
+    import mmidx_builder.storage.remote.curl as remote_curl
 
     asked = []
     real = remote_curl.fetch
@@ -326,8 +327,9 @@ def test_https_ranges_trust_the_certificates_python_trusts(served, tmp_path, htt
     authority.issue_cert("127.0.0.1").configure_cert(context)
     folder, _ = served
     code = ("import sys\n"
-            "from mmidx_builder import remote\n"
-            "remote.HTTP_CLIENT = sys.argv[2]\n"
+            "from mmidx_builder.storage import remote\n"
+            "from mmidx_builder.storage.remote import fetching\n"
+            "fetching.HTTP_CLIENT = sys.argv[2]\n"
             "access = remote.RemoteAccess(timeout=5, retries=1)\n"
             "obj = remote.RemoteObject(sys.argv[1], int(sys.argv[3]))\n"
             "print(access.fetch([obj, obj], [0, 100], [10, 300])[1].hex())\n")
@@ -353,12 +355,12 @@ def test_requests_not_yet_sent_are_not_sent_at_exit_or_once_dropped(served, monk
     import contextlib
     import threading
 
-    import mmidx_builder.remote as remote
+    import mmidx_builder.storage.remote as remote
 
     folder, _ = served
     event = threading.Event()
     if why == "exiting":
-        monkeypatch.setattr(remote, "_EXITING", event)
+        monkeypatch.setattr(remote.process_state, "EXITING", event)
     within = remote.background_fetches(event, priority=1) if why == "dropped" else contextlib.nullcontext()
     with RangeServer(folder) as server, within:
         access = fast()
@@ -404,7 +406,7 @@ def test_a_second_pass_through_the_cache_reads_no_remote_bytes(served, tmp_path)
         assert server.sent == sent
         # Another process (a new reader, no in-memory state) is served from the same files.
         code = (f"import sys, numpy as np; sys.path.insert(0, {os.path.dirname(__file__)!r})\n"
-                "from mmidx_builder.format import IndexedFile\nfrom mmidx_builder.remote import RemoteAccess\n"
+                "from mmidx_builder.format import IndexedFile\nfrom mmidx_builder.storage.remote import RemoteAccess\n"
                 f"f = IndexedFile.open({server.url + '/corpus'!r}, opener=RemoteAccess(cache_dir={str(tmp_path / 'cache')!r}))\n"
                 f"sys.stdout.write(f.read_pieces({ids.tolist()}, {offsets.tolist()}, {lengths.tolist()}).tobytes().hex())")
         other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
@@ -418,7 +420,7 @@ def test_two_processes_filling_one_cache_at_once_read_the_same_tokens(served, tm
     folder, prefix = served
     cache = str(tmp_path / "cache")
     with RangeServer(folder, latency=0.01) as server:
-        code = (f"from mmidx_builder.format import IndexedFile\nfrom mmidx_builder.remote import RemoteAccess\n"
+        code = (f"from mmidx_builder.format import IndexedFile\nfrom mmidx_builder.storage.remote import RemoteAccess\n"
                 "import sys\n"
                 f"f = IndexedFile.open({server.url + '/corpus'!r}, opener=RemoteAccess(cache_dir={cache!r}, max_cache_bytes=3 << 20))\n"
                 "sys.stdout.write(f.read_pieces(list(range(0, 2000, 3)), [0] * 667, f.sequence_lengths[0:2000:3]).tobytes().hex())")
@@ -457,7 +459,7 @@ def test_the_cache_is_keyed_by_content_so_a_changed_file_is_never_served_stale(s
 def test_a_whole_cached_file_is_copied_from_its_blocks_exactly(tmp_path_factory, data, block, pieces, missing):
     """A later epoch over a file the cache holds whole reads its mapped blocks directly: every
     piece, also across blocks, equals the file's bytes; a missing block is reported, not guessed."""
-    from mmidx_builder.remote import RemoteObject
+    from mmidx_builder.storage.remote import RemoteObject
 
     cache = BlockCache(str(tmp_path_factory.mktemp("blocks")), block_bytes=block)
     obj = RemoteObject("http://example/x.bin", len(data), "etag")

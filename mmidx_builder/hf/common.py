@@ -43,7 +43,7 @@ from ..checks import check_bool, check_int
 from ..dtypes import cast_tokens, integer_dtype
 from ..errors import MissingPartnerError, ParameterError
 from ..format import check_partners, split_prefix
-from ..remote import RemoteAccess
+from ..storage.remote import RemoteAccess
 from ..source import check_opened, check_still_named
 from . import registry
 from .card_checksums import verify_against_card

@@ -35,7 +35,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from ..remote import background_fetches
+from ..storage.remote import background_fetches
 
 
 class ShardReadAhead:

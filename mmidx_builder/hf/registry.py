@@ -324,7 +324,7 @@ def remote_access(builder, cache_dir: str | None = None, max_cache_bytes: int | 
     from datasets import DownloadConfig
     from datasets.utils.file_utils import _prepare_single_hop_path_and_storage_options
 
-    from ..remote import RemoteAccess
+    from ..storage.remote import RemoteAccess
 
     given = dict(builder.storage_options or {})
     config = DownloadConfig(storage_options=given, token=builder.token)

@@ -14,7 +14,7 @@ aiohttp ``auth``, ``ssl``, cookies, a session factory) keep a filesystem on aioh
 (:func:`usable`). What is translated, as aiohttp does it:
 
 - the filesystem's headers, ``If-Match`` with the ETag seen at open, a Hub file's resolve URL
-  and token headers (remote._HttpTarget makes them for both paths);
+  and token headers (http.HttpTarget makes them for both paths);
 - ``trust_env`` (which ``datasets`` sets): the proxy aiohttp would take from the environment
   and a ``~/.netrc`` login; without it no proxy at all (libcurl would read the variables
   itself otherwise);
@@ -23,8 +23,8 @@ aiohttp ``auth``, ``ssl``, cookies, a session factory) keep a filesystem on aioh
   certifi's (requests' and httpx', so the Hub's own downloads');
 - redirects followed (at most 10, as aiohttp), a total timeout per request.
 
-Faults are classified as the aiohttp path's (remote._classify): an HTTP status through
-remote.HTTPStatus, libcurl's transport errors as ConnectionError or TimeoutError (retried),
+Faults are classified as the aiohttp path's (answers.classify): an HTTP status through
+answers.HTTPStatus, libcurl's transport errors as ConnectionError or TimeoutError (retried),
 a bad certificate or URL as :class:`CurlError` (not retried). A server that answers a range
 with more bytes than asked (no Range support) is stopped at the first excess byte.
 """
@@ -40,10 +40,13 @@ import ssl
 import threading
 import time
 
-from .errors import RemoteReadError
-from .remote import REQUESTS_IN_FLIGHT, RemoteObject, _backoff, _check_length, _check_status, _check_wanted
-from .remote import _Batch as _RequestBatch  # the fields, answers and failures a batch has on either path
-from .remote import _HttpTarget, _next_part, _trusted_environment, per_process
+from ...errors import RemoteReadError
+from .answers import check_length, check_status
+from .http import HttpTarget, trusted_environment
+from .objects import RemoteObject
+from .process_state import per_process
+from .request_queue import REQUESTS_IN_FLIGHT, backoff, check_wanted, next_part
+from .request_queue import Batch as _RequestBatch  # the fields, answers and failures a batch has on either path
 
 # libcurl's transport errors that a new attempt may cure (the rest, a bad certificate or URL,
 # are refused at once): couldn't resolve / connect, partial file, send / receive errors, got
@@ -76,12 +79,12 @@ def usable(fs) -> bool:
 
 
 class _Target:
-    """One file's requests as libcurl takes them, from remote._HttpTarget."""
+    """One file's requests as libcurl takes them, from http.HttpTarget."""
 
     __slots__ = ("obj", "url", "headers", "proxy", "proxy_auth")
 
     def __init__(self, fs, obj: RemoteObject, route, environment):
-        made = _HttpTarget(fs, obj, route, environment, None)
+        made = HttpTarget(fs, obj, route, environment, None)
         self.obj = obj
         self.url = str(made.url).encode()
         self.headers = [f"{k}: {v}" for k, v in made.headers.items()]
@@ -92,7 +95,7 @@ class _Target:
 
 
 class _Batch(_RequestBatch):
-    """The requests of one fetch (remote._Batch), with what libcurl is given for each file."""
+    """The requests of one fetch (request_queue.Batch), with what libcurl is given for each file."""
 
     __slots__ = ("targets", "timeout")
 
@@ -173,7 +176,7 @@ class _Transfers:
             _, _, batch, i, attempt = heapq.heappop(self.retrying)
             if not batch.future.done():
                 return batch, i, attempt
-        taken = _next_part(self.waiting)
+        taken = next_part(self.waiting)
         return None if taken is None else (*taken, 0)
 
     def _run(self) -> None:
@@ -212,7 +215,7 @@ class _Transfers:
         pycurl = self.pycurl
         obj, start, stop, route = batch.parts[i]
         try:
-            _check_wanted(obj, start, stop, batch.dropped)
+            check_wanted(obj, start, stop, batch.dropped)
         except RemoteReadError as error:
             batch.fail(error)
             return
@@ -270,11 +273,11 @@ class _Transfers:
                     raise TimeoutError(f"libcurl: {message}")
                 raise (ConnectionError(f"libcurl error {code}: {message}") if code in _RETRIED
                        else CurlError(code, message))
-            _check_status(obj, start, stop, status, url)
-            data = _check_length(obj, start, stop, b"".join(chunks))
+            check_status(obj, start, stop, status, url)
+            data = check_length(obj, start, stop, b"".join(chunks))
         except Exception as error:  # noqa: BLE001 (classified by the batch)
             if batch.retry_after(i, error, attempt):
-                heapq.heappush(self.retrying, (time.monotonic() + _backoff(attempt), next(self.arrivals), batch, i,
+                heapq.heappush(self.retrying, (time.monotonic() + backoff(attempt), next(self.arrivals), batch, i,
                                                attempt + 1))
             return
         batch.answered(i, data)
@@ -285,7 +288,7 @@ def fetch(access, fs, parts, dropped: threading.Event | None = None, priority: i
     through libcurl; this thread waits for all of them."""
     if not parts:
         return []
-    environment = _trusted_environment() if fs.client_kwargs.get("trust_env") else None
+    environment = trusted_environment() if fs.client_kwargs.get("trust_env") else None
     targets = {}
     for obj, _, _, route in parts:
         if (obj.url, id(route)) not in targets:

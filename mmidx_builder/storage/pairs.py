@@ -1,0 +1,82 @@
+"""Opening the two files of a ``.bin``/``.idx`` pair wherever they are: local files through
+their maps, remote ones through the remote reader, or through an ``open``-like callable the
+caller chose. This is the one place that picks a local or a remote reader for a path; the
+format layer gets the index's bytes and a reader behind the seam (bin_readers.BinReader).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from ..errors import MissingPartnerError
+from .bin_readers import BinReader, FileBinReader, IndexInMemory, MemmapBinReader
+from .files import not_a_regular_file
+from .mapped import MappedFile
+from .remote import RemoteBinReader, remote_access_for
+
+
+@dataclass
+class OpenedPair:
+    """An opened pair: ``index`` (a MappedFile, or IndexInMemory for an index read whole) and
+    ``bin_reader(dtype)``, the ``.bin``'s reader once the index's header gave its dtype."""
+
+    index: object
+    bin_reader: Callable[[np.dtype], BinReader]
+
+
+def open_pair(idx_path: str, bin_path: str, opener=None,
+              expected_identities: tuple[str, str] | None = None) -> OpenedPair:
+    """Both files of a pair opened: remote ones (``hf://``, ``s3://``, ``https://``...) by the
+    remote reader, through ``opener`` when it is a remote.RemoteAccess (storage options, block
+    cache) and with default settings when no opener is given; local ones memory-mapped, and
+    refused when replaced since ``expected_identities`` were taken; anything else through
+    ``opener``. A missing partner is a MissingPartnerError naming it."""
+    access = remote_access_for(opener, bin_path)
+    if access is not None:
+        idx, bin_object = access.open_pair(idx_path, bin_path)
+        return OpenedPair(IndexInMemory(bytes(idx), idx_path),
+                          lambda dtype: RemoteBinReader(bin_path, dtype, access, bin_object))
+    check_partners(idx_path, bin_path, opener)
+    expected_idx, expected_bin = expected_identities or (None, None)
+    index = _open_idx(idx_path, opener, expected_idx)
+    if opener is None:
+        return OpenedPair(index, lambda dtype: MemmapBinReader(bin_path, dtype, expected_bin))
+    return OpenedPair(index, lambda dtype: FileBinReader(bin_path, dtype, opener))
+
+
+def _open_idx(path: str, opener, expected_identity: str | None = None):
+    """A local ``.idx`` as a MappedFile, else read whole through ``opener``."""
+    if opener is None:
+        return MappedFile(path, expected_identity)
+    with opener(path, "rb") as f:
+        return IndexInMemory(f.read(), path)
+
+
+def _exists(path: str, opener) -> bool:
+    if opener is None:
+        return os.path.isfile(path)
+    try:
+        with opener(path, "rb"):
+            return True
+    except (FileNotFoundError, OSError):
+        return False
+
+
+def check_partners(idx_path: str, bin_path: str, opener=None) -> None:
+    """Both files of a pair exist (through ``opener`` when given), else a MissingPartnerError
+    naming the one that is missing; a local one that is a FIFO or a directory is named as such."""
+    for path in (idx_path, bin_path) if opener is None else ():
+        kind = not_a_regular_file(path)
+        if kind:  # no usable partner there (a MissingPartnerError, as before), but said as it is
+            raise MissingPartnerError(path, "file", "a regular file (one of a .bin/.idx pair)", kind)
+    idx_there, bin_there = _exists(idx_path, opener), _exists(bin_path, opener)
+    if not idx_there and not bin_there:
+        raise MissingPartnerError(os.path.splitext(idx_path)[0], "files", f"{idx_path} and {bin_path}", "neither exists")
+    for present, missing, there in ((idx_path, bin_path, bin_there), (bin_path, idx_path, idx_there)):
+        if not there:
+            raise MissingPartnerError(missing, "file", "the partner of " + present, "no such file",
+                                      hint="a .bin/.idx pair needs both files")

@@ -1,0 +1,225 @@
+"""How remote files are reached: :class:`RemoteAccess` is the one place a URL becomes a
+filesystem. It holds the storage options (``{protocol: {...}}`` or flat, as ``datasets``'
+``storage_options``), the cache settings, the timeout and retries; it is small, hashable and
+picklable, and callable like ``open`` for the few text files read remotely."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+
+from ...errors import MissingPartnerError, RemoteReadError
+from ..files import is_remote
+from .answers import classify
+from .block_cache import cache_for
+from .fetching import fetch_async, fetch_threads
+from .http import http_client, io_loop
+from .objects import RemoteObject
+from .request_queue import REQUESTS_IN_FLIGHT, backoff, fetch_context, pool
+
+_LOCK = threading.Lock()
+
+# A longer run is fetched in parts of this size, in parallel, and joined.
+MAX_REQUEST_BYTES = 8 << 20
+RETRIES = 5
+TIMEOUT_SECONDS = 60.0  # per request, async filesystems; the Hub client has its own
+
+
+@dataclass(frozen=True, eq=False)
+class RemoteAccess:
+    """How remote files are reached. ``storage_options``: fsspec options, per protocol
+    (``{"s3": {"endpoint_url": ...}}``) or flat (used for any protocol), as ``datasets``
+    takes them. ``cache_dir`` / ``max_cache_bytes``: the optional local block cache."""
+
+    storage_options: dict = field(default_factory=dict)
+    cache_dir: str | None = None
+    max_cache_bytes: int | None = None
+    timeout: float = TIMEOUT_SECONDS
+    retries: int = RETRIES
+
+    def _key(self) -> str:
+        return json.dumps([self.storage_options, self.cache_dir, self.max_cache_bytes, self.timeout, self.retries],
+                          sort_keys=True, default=repr)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, RemoteAccess) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:  # storage options may hold credentials
+        return f"RemoteAccess(protocols={sorted(self.storage_options)}, cache_dir={self.cache_dir!r})"
+
+    # --- filesystems -------------------------------------------------------------------
+    def options_for(self, url: str) -> dict:
+        """The storage options for ``url``'s protocol: its own entry, else the flat options
+        (those not named after a protocol), as datasets' streaming ``open`` picks them."""
+        import fsspec
+
+        protocol = url.split("://")[0] if "://" in url else "file"
+        options = self.storage_options or {}
+        if isinstance(options.get(protocol), dict):
+            chosen = dict(options[protocol])
+        else:
+            known = set(fsspec.available_protocols())
+            chosen = {k: v for k, v in options.items() if k not in known}
+        # Connection pools as large as the requests in flight: botocore keeps 10 connections
+        # and aiohttp 100, and requests beyond them would queue.
+        if protocol == "s3":
+            config = dict(chosen.get("config_kwargs") or {})
+            config.setdefault("max_pool_connections", REQUESTS_IN_FLIGHT)
+            chosen["config_kwargs"] = config
+        elif protocol in ("http", "https"):
+            chosen.setdefault("get_client", http_client)
+        return chosen
+
+    def filesystem(self, url: str):
+        """(fsspec filesystem, path in it) for ``url``; filesystems are shared per process."""
+        import fsspec.core
+
+        protocol = url.split("://")[0]
+        key = (os.getpid(), protocol, self._key())
+        with _LOCK:
+            fs = _FILESYSTEMS.get(key)
+        if fs is None:
+            options = self.options_for(url)
+            if protocol in ("http", "https"):
+                options["loop"] = io_loop()
+            fs, _ = fsspec.core.url_to_fs(url, **options)
+            with _LOCK:
+                fs = _FILESYSTEMS.setdefault(key, fs)
+        return fs, fs._strip_protocol(url)
+
+    def __call__(self, path, mode: str = "rb", **kwargs):
+        """``open`` for remote paths (dictionaries, metadata): an fsspec file object."""
+        import fsspec
+
+        path = os.fspath(path)
+        if not is_remote(path):
+            return open(path, mode, **kwargs)
+        return fsspec.open(path, mode, **{**self.options_for(path), **kwargs}).open()
+
+    # --- objects and bytes ---------------------------------------------------------------
+    def stat(self, url: str) -> RemoteObject:
+        """Size and version of ``url`` (one request, retried); FileNotFoundError if absent."""
+        fs, path = self.filesystem(url)
+        for attempt in range(self.retries + 1):
+            try:
+                info = fs.info(path)
+                break
+            except Exception as error:  # noqa: BLE001 (classified below)
+                if classify(error) != "retry" or attempt == self.retries:
+                    raise
+                time.sleep(backoff(attempt))
+        size = info.get("size")
+        if size is None:
+            raise RemoteReadError(url, 0, 0, "the server reports no size; ranged reads need one")
+        version = next((str(info[k]) for k in ("ETag", "etag", "xet_hash", "blob_id", "Last-Modified") if info.get(k)),
+                       None)
+        lfs = info.get("lfs")
+        if version is None and isinstance(lfs, dict) and lfs.get("sha256"):
+            version = lfs["sha256"]
+        return RemoteObject(url, int(size), version, info.get("VersionId") or None)
+
+    def stat_many(self, urls: list[str]) -> list[RemoteObject]:
+        """:meth:`stat` of every URL, many in flight (a folder of raw files)."""
+        if len(urls) < 2:
+            return [self.stat(u) for u in urls]
+        return list(pool().map(self.stat, urls))
+
+    def fetch(self, objects: list[RemoteObject], starts, stops) -> list[bytes]:
+        """Bytes ``[starts[i], stops[i])`` of ``objects[i]`` for every i, all requested at once
+        (through the block cache when there is one)."""
+        if self.cache_dir:
+            return cache_for(self).fetch(self, objects, starts, stops)
+        return self.fetch_remote(objects, starts, stops)
+
+    def fetch_remote(self, objects: list[RemoteObject], starts, stops) -> list[bytes]:
+        """As :meth:`fetch`, never through the cache; runs longer than MAX_REQUEST_BYTES are
+        fetched in parts."""
+        parts, owners = [], []
+        for i, (obj, start, stop) in enumerate(zip(objects, starts, stops)):
+            for begin in range(int(start), int(stop), MAX_REQUEST_BYTES) if stop > start else ():
+                parts.append((obj, begin, min(int(stop), begin + MAX_REQUEST_BYTES)))
+                owners.append(i)
+        results = [b""] * len(parts)
+        by_fs: dict[int, tuple[object, list[int]]] = {}
+        routes = {}
+        for k, (obj, start, stop) in enumerate(parts):
+            if obj.url not in routes:
+                routes[obj.url] = self._http_route(obj.url) or (self.filesystem(obj.url)[0], None)
+            fs, route = routes[obj.url]
+            parts[k] = (obj, start, stop, route)
+            by_fs.setdefault(id(fs), (fs, []))[1].append(k)
+        for fs, ks in by_fs.values():
+            chunk = [parts[k] for k in ks]
+            dropped, priority = fetch_context()
+            got = (fetch_async(self, fs, chunk, dropped, priority) if getattr(fs, "async_impl", False)
+                   else fetch_threads(self, fs, chunk, dropped))
+            for k, data in zip(ks, got):
+                results[k] = data
+        if len(parts) == len(objects):
+            return results
+        joined = [[] for _ in objects]
+        for owner, data in zip(owners, results):
+            joined[owner].append(data)
+        return [b"".join(pieces) for pieces in joined]
+
+    def _http_route(self, url: str):
+        """``(HTTP filesystem, (resolve URL, headers))`` a Hub file's ranges are fetched through,
+        else None. HfFileSystem fetches a range as one GET of the file's resolve URL with the
+        token's headers, in a thread each; the same GET on the HTTP filesystem's event loop costs
+        the client a fraction of the CPU (see _get_http)."""
+        if not url.startswith("hf://"):
+            return None
+        key = (os.getpid(), self._key(), url)
+        with _LOCK:
+            route = _ROUTES.get(key)
+        if route is None:
+            from huggingface_hub.utils import build_hf_headers
+
+            fs, path = self.filesystem(url)
+            if type(fs).__name__ != "HfFileSystem":
+                return None
+            resolve_url = fs.url(path)
+            route = (self.filesystem(resolve_url)[0], (resolve_url, build_hf_headers(token=fs.token)))
+            with _LOCK:
+                route = _ROUTES.setdefault(key, route)
+        return route
+
+    def open_pair(self, idx_url: str, bin_url: str) -> tuple[bytes, RemoteObject]:
+        """The whole ``.idx`` (one request, or the block cache) and the ``.bin``'s object; a missing file of the
+        pair is a MissingPartnerError naming it."""
+        found = {}
+        for url in (idx_url, bin_url):
+            try:
+                found[url] = self.stat(url)
+            except FileNotFoundError:
+                found[url] = None
+        if found[idx_url] is None and found[bin_url] is None:
+            raise MissingPartnerError(idx_url[:-4], "files", f"{idx_url} and {bin_url}", "neither exists")
+        for present, missing in ((idx_url, bin_url), (bin_url, idx_url)):
+            if found[missing] is None:
+                raise MissingPartnerError(missing, "file", "the partner of " + present, "no such file",
+                                          hint="a .bin/.idx pair needs both files")
+        idx = found[idx_url]
+        (data,) = self.fetch([idx], [0], [idx.size]) if idx.size else (b"",)
+        return data, found[bin_url]
+
+
+_ROUTES: dict = {}  # (pid, access, hf:// URL) -> RemoteAccess._http_route
+_FILESYSTEMS: dict = {}
+
+
+def remote_access_for(opener, path: str) -> RemoteAccess | None:
+    """The RemoteAccess that reads ``path``: ``opener`` itself when it is one, a default one for
+    a remote path without an opener, else None (a local path, or an ``open``-like callable
+    the caller chose: read through it as before)."""
+    if isinstance(opener, RemoteAccess):
+        return opener if is_remote(path) else None
+    if opener is None and is_remote(path):
+        return RemoteAccess()
+    return None

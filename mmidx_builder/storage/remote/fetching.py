@@ -1,0 +1,107 @@
+"""Which client sends a filesystem's ranges: libcurl or aiohttp for HTTP, the filesystem's own
+async API (S3), or a thread pool for synchronous filesystems."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from collections import OrderedDict
+
+from ...errors import RemoteReadError
+from . import curl
+from .answers import check_length, classify, typed_error
+from .http import HttpTarget, trusted_environment
+from .objects import RemoteObject
+from .request_queue import Batch, backoff, check_wanted, pool, submit
+
+_LOCK = threading.Lock()
+
+# HTTP ranges: "auto" sends them through libcurl (curl.py: less client CPU per request)
+# when pycurl is installed and the filesystem's options allow, else through aiohttp; "aiohttp"
+# always through aiohttp.
+HTTP_CLIENT = "auto"
+
+
+async def _get_async(fs, obj: RemoteObject, start: int, stop: int) -> bytes:
+    """One ranged read on an async filesystem other than HTTP (S3, or fsspec's ``_cat_file``)."""
+    path = fs._strip_protocol(obj.url)
+    if type(fs).__name__ == "S3FileSystem":
+        bucket, key, version_id = fs.split_path(path)
+        pin = {"VersionId": version_id or obj.version_id} if (version_id or obj.version_id) else (
+            {"IfMatch": obj.version} if obj.version else {})
+        response = await fs._call_s3("get_object", Bucket=bucket, Key=key, Range=f"bytes={start}-{stop - 1}", **pin)
+        try:
+            return await response["Body"].read()
+        finally:
+            response["Body"].close()
+    return await fs._cat_file(path, start=start, end=stop)
+
+
+def fetch_async(access, fs, parts, dropped: threading.Event | None = None,
+                priority: int = 0) -> list[bytes]:
+    """``parts`` ``(obj, start, stop, route)`` fetched on ``fs``'s event loop (see Requests);
+    this thread waits for all of them. ``access``: the RemoteAccess (timeout, retries)."""
+    if not parts:
+        return []
+    if type(fs).__name__ == "HTTPFileSystem" and HTTP_CLIENT != "aiohttp":
+        if curl.usable(fs):
+            return curl.fetch(access, fs, parts, dropped, priority)
+    if type(fs).__name__ == "HTTPFileSystem":
+        import aiohttp
+
+        timeout = aiohttp.ClientTimeout(total=access.timeout)
+        environment = trusted_environment() if fs.client_kwargs.get("trust_env") else None
+        targets = {}  # (url, route) -> HttpTarget, made on the loop's thread
+
+        async def send(obj, start, stop, route):
+            target = targets.get((obj.url, id(route)))
+            if target is None:
+                target = targets[obj.url, id(route)] = HttpTarget(fs, obj, route, environment, timeout)
+            return await target.get(fs._session or await fs.set_session(), start, stop)
+    else:
+        async def send(obj, start, stop, route):
+            return await asyncio.wait_for(_get_async(fs, obj, start, stop), access.timeout)
+
+    batch = Batch(parts, send, access.retries, priority, dropped)
+    fs.loop.call_soon_threadsafe(submit, batch)
+    return batch.wait(fs.loop.call_soon_threadsafe)
+
+
+_SYNC_FILES: OrderedDict = OrderedDict()
+
+
+def _get_sync(fs, obj: RemoteObject, start: int, stop: int) -> bytes:
+    path = fs._strip_protocol(obj.url)
+    key = (os.getpid(), id(fs), path)
+    with _LOCK:
+        f = _SYNC_FILES.get(key)
+    if f is None:
+        # No read-ahead cache: the file object is only asked for exact ranges.
+        f = fs.open(path, "rb", cache_type="none")
+        with _LOCK:
+            f = _SYNC_FILES.setdefault(key, f)
+            while len(_SYNC_FILES) > 256:
+                _SYNC_FILES.popitem(last=False)
+    if hasattr(f, "_fetch_range"):  # fsspec's buffered files: one stateless ranged GET
+        return f._fetch_range(start, stop)
+    return fs.cat_file(path, start=start, end=stop)
+
+
+def fetch_threads(access, fs, parts, dropped: threading.Event | None = None) -> list[bytes]:
+    def one(obj, start, stop, route=None):
+        for attempt in range(access.retries + 1):
+            try:
+                check_wanted(obj, start, stop, dropped)
+                return check_length(obj, start, stop, _get_sync(fs, obj, start, stop))
+            except RemoteReadError:
+                raise
+            except Exception as error:  # noqa: BLE001 (classified)
+                if classify(error) != "retry" or attempt == access.retries:
+                    raise typed_error(obj, start, stop, error, attempt + 1) from error
+                time.sleep(backoff(attempt))
+
+    if len(parts) == 1:
+        return [one(*parts[0])]
+    return list(pool().map(lambda p: one(*p), parts))
