@@ -89,7 +89,7 @@ def window_ceiling(prefix: str, num_samples: int, plain_view: bool):
 def same_pieces_ceiling(indexed, indices, num_samples: int):
     """The builder's own pieces (training order), copied with numpy slices of the mapped .bin
     into a preallocated batch of BATCH samples: no bounds checks, no tables, no datasets."""
-    from mmidx_builder import sampling
+    from mmidx_builder.megatron import sampling
 
     tokens = np.memmap(indexed.bin_path, dtype=indexed.dtype, mode="r").view(np.ndarray)
     batches = []
@@ -122,8 +122,8 @@ def main() -> None:
     from datasets.formatting import get_formatter
 
     import mmidx_builder  # noqa: F401  registers the builder
-    from mmidx_builder import sampling
-    from mmidx_builder.format import IndexedFile
+    from mmidx_builder.megatron import sampling
+    from mmidx_builder.sources.indexed import IndexedFile
 
     datasets.disable_progress_bars()
     prefix = make_corpus(args.workdir, int(args.tokens), args.lengths)

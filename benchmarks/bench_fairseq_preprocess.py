@@ -23,7 +23,7 @@ import subprocess
 import tempfile
 import time
 
-from mmidx_builder.fairseq_preprocess import preprocess
+from mmidx_builder.fairseq.preprocess import preprocess
 
 FAIRSEQ = os.path.join(os.path.dirname(__file__), os.pardir, ".venv-fairseq", "bin", "fairseq-preprocess")
 

@@ -35,7 +35,7 @@ import numpy as np
 
 from mmidx_builder.storage import mapped
 from mmidx_builder.errors import MMIdxError
-from mmidx_builder.format import IndexedFile, IndexedFileWriter
+from mmidx_builder.sources.indexed import IndexedFile, IndexedFileWriter
 
 WINDOW = 2049  # seq_length 2048 + 1, what one GPT sample reads
 SAMPLES_PER_BATCH = 1024

@@ -53,7 +53,7 @@ def make_documents(rng, tokens: int, mean_length: float) -> list[np.ndarray]:
 def runs_needed(source, indices, first: int, stop: int, ranges) -> int:
     """Contiguous byte runs of the samples [first, stop), merged within each shard's table
     in read order, exactly as FileBinReader.gather merges neighbours."""
-    from mmidx_builder import sampling
+    from mmidx_builder.megatron import sampling
 
     total = 0
     for start, end in ranges:
@@ -82,7 +82,8 @@ def main() -> None:
     import datasets  # noqa: E402  (after HF_ENDPOINT, as a user would)
 
     import mmidx_builder  # noqa: F401,E402
-    from mmidx_builder import IndexedFile, sampling, write_documents  # noqa: E402
+    from mmidx_builder import IndexedFile, write_documents  # noqa: E402
+    from mmidx_builder.megatron import sampling  # noqa: E402
     from mmidx_builder.hf.common import DEFAULT_NUM_SHARDS, shard_ranges  # noqa: E402
 
     datasets.disable_progress_bars()

@@ -5,7 +5,7 @@ already decoded (what a .bin would hold).
     .venv/bin/python benchmarks/bench_rawfiles.py [--files 600] [--mean-kb 96] [--seq-length 2048]
 
 Samples are Megatron-style windows of seq_length + 1 tokens over the files' token stream
-(each file's tokens then EOF), visited in a shuffled order; when mmidx_builder.sampling is
+(each file's tokens then EOF), visited in a shuffled order; when mmidx_builder.megatron.sampling is
 there its build_indices / assemble_samples make them, else the same windows are cut here.
 """
 
@@ -18,13 +18,13 @@ import time
 
 import numpy as np
 
-from mmidx_builder.format import IndexedFile, IndexedFileWriter
-from mmidx_builder.rawfiles import RawFiles
+from mmidx_builder.sources.indexed import IndexedFile, IndexedFileWriter
+from mmidx_builder.sources.raw import RawFiles
 
 from bench_format import best_of  # fastest of several timings
 
 try:
-    from mmidx_builder import sampling
+    from mmidx_builder.megatron import sampling
     HAVE_SAMPLING = hasattr(sampling, "build_indices") and hasattr(sampling, "assemble_samples")
 except ImportError:
     HAVE_SAMPLING = False

@@ -58,7 +58,7 @@ DEFAULT_READ_AHEAD_MB = 256
 
 
 def make_corpus(folder: str, tokens: float, seed: int = 0) -> str:
-    from mmidx_builder.format import write_documents
+    from mmidx_builder.sources.indexed import write_documents
 
     rng = np.random.default_rng(seed)
     lengths = np.maximum(1, rng.lognormal(np.log(500) - 0.5, 1.0, size=int(3 * tokens / 500))).astype(np.int64)
@@ -130,8 +130,8 @@ def run_megatron(spec: dict) -> dict:
     from megatron.core.datasets.indexed_dataset import IndexedDataset
     from megatron.core.datasets.object_storage_utils import ObjectStorageConfig
 
-    from mmidx_builder import sampling
-    from mmidx_builder.format import IndexedFile
+    from mmidx_builder.megatron import sampling
+    from mmidx_builder.sources.indexed import IndexedFile
 
     local = IndexedFile.open(spec["local_prefix"])
     indices = sampling.build_indices(local.sequence_lengths, seq_length=SEQ, seed=1234)

@@ -1,4 +1,4 @@
-"""Index build time and peak memory: mmidx_builder.sampling against megatron-core.
+"""Index build time and peak memory: mmidx_builder.megatron.sampling against megatron-core.
 
     .venv/bin/python benchmarks/bench_sampling.py                 # 5M sequences, 3 epochs, L 2048
     .venv/bin/python benchmarks/bench_sampling.py --lengths lognormal   # heavy-tailed, median 612
@@ -28,7 +28,7 @@ import tracemalloc
 
 import numpy as np
 
-from mmidx_builder import sampling
+from mmidx_builder.megatron import sampling
 
 
 def measure(build):

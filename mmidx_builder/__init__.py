@@ -2,17 +2,24 @@
 
 Importing the package registers the builders with ``datasets`` (hf/registry.py) without
 importing ``datasets`` itself, so ``load_dataset("path/to/dir", seq_length=2048)`` finds
-them and ``import mmidx_builder.format`` stays light. Public names are loaded on first use
-(as huggingface_hub's ``__init__`` does); the table below is the whole public surface.
+them and ``import mmidx_builder.sources.indexed`` stays light. Public names are loaded on first
+use (as huggingface_hub's ``__init__`` does); the table below is the whole public surface.
 
-    layer             modules
-    bytes on disk     format (.bin/.idx), rawfiles, fairseq, dtypes, source (the TokenSource seam)
-    what training     sampling (Megatron's indices and sample assembly)
-    sees
-    datasets          hf/ (one builder per source kind; "mmidx" picks the kind), registry
-    training          training/ (MegatronCollator, FairseqCollater, megatron_rank_stream, arrow_rows,
-                      numpy_batches), provenance (EOD id)
-    tools             convert, card, hub, stats, cli/
+The folders are the layers, lowest first (docs/layout.md; tests/test_layers.py keeps the order):
+
+    errors, checks, dtypes, extras   the foundation every layer may import
+    storage/      bytes of files, local and remote (the reader seam, remote reads, caches)
+    sources/      token sources: the .bin/.idx pair (indexed.py), raw files, the sidecar
+    megatron/     Megatron's indices (sampling.py), blends, splits, command lines
+    fairseq/      dictionaries and language pairs, batches, preprocess, collater
+    convert/      text -> .bin/.idx (Megatron's preprocess_data.py), merge
+    hf/           one datasets builder per source kind; "mmidx" picks the kind
+    training/     MegatronCollator, megatron_rank_stream, arrow_rows, numpy_batches
+    publishing/   dataset cards and Hub upload
+    cli/          the `mmidx` command
+
+Module paths of release 0.1 (``mmidx_builder.format``, ``.sampling``, ...) still import, with a
+DeprecationWarning naming the new path (old_paths.py).
 """
 
 from __future__ import annotations
@@ -20,28 +27,30 @@ from __future__ import annotations
 import importlib
 
 from .hf.registry import install as _install_registration
+from .old_paths import install as _install_old_paths
 
 _install_registration()
+_install_old_paths(__name__)
 
 __version__ = "0.1.0"
 
 # public name -> module that defines it
 _LAZY = {
-    "Concatenated": "source",
+    "Concatenated": "sources.token_source",
     "ConcurrentWriteError": "errors",
     "ConvertError": "errors",
     "Flavour": "dtypes",
     "FormatError": "errors",
     "HubError": "errors",
-    "IndexedFile": "format",
-    "IndexedFileWriter": "format",
+    "IndexedFile": "sources.indexed",
+    "IndexedFileWriter": "sources.indexed",
     "MMIdx": "hf.mmidx",
     "MMIdxConfig": "hf.mmidx",
     "MMIdxError": "errors",
     "MissingPartnerError": "errors",
     "ParameterError": "errors",
-    "TokenSource": "source",
-    "write_documents": "format",
+    "TokenSource": "sources.token_source",
+    "write_documents": "sources.indexed",
     "numpy_batches": "training.as_numpy",
     # The training helpers use torch (an optional extra) when called.
     "FairseqCollater": "training",

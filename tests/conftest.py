@@ -86,7 +86,7 @@ def write_corpus():
     (Megatron flavour) and returns {name: prefix}."""
     import numpy as np
 
-    from mmidx_builder.format import write_documents
+    from mmidx_builder.sources.indexed import write_documents
 
     def write(folder, named_documents, dtype=np.uint16):
         return {name: write_documents(os.path.join(str(folder), name), documents, dtype=dtype)

@@ -16,10 +16,10 @@ from datasets import load_dataset, load_dataset_builder
 from datasets.distributed import split_dataset_by_node
 
 import mmidx_builder
-from mmidx_builder import sampling
+from mmidx_builder.megatron import sampling
 from mmidx_builder.errors import MissingPartnerError, MMIdxError, ParameterError
-from mmidx_builder.format import IndexedFile, IndexedFileWriter, write_documents
-from mmidx_builder.source import Concatenated
+from mmidx_builder.sources.indexed import IndexedFile, IndexedFileWriter, write_documents
+from mmidx_builder.sources.token_source import Concatenated
 from mmidx_builder import MMIdx
 from mmidx_builder.hf.common import shard_ranges
 

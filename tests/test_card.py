@@ -13,7 +13,7 @@ import pytest
 from huggingface_hub import DatasetCard
 
 from mmidx_builder import IndexedFile, write_documents
-from mmidx_builder.card import (CARD_TEMPLATE, HAND_WRITTEN_MARKER, HISTOGRAM_NAME, CardSettings, length_bins,
+from mmidx_builder.publishing.card import (CARD_TEMPLATE, HAND_WRITTEN_MARKER, HISTOGRAM_NAME, CardSettings, length_bins,
                                 write_card)
 from mmidx_builder.cli import main
 

@@ -11,7 +11,7 @@ import pytest
 from datasets import load_dataset
 
 from mmidx_builder import FormatError, write_documents
-from mmidx_builder.card import HAND_WRITTEN_MARKER, CardSettings, write_card
+from mmidx_builder.publishing.card import HAND_WRITTEN_MARKER, CardSettings, write_card
 from mmidx_builder.hf.card_checksums import card_sha256
 
 SEQ = 8

@@ -16,7 +16,7 @@ from datasets import load_dataset
 
 import mmidx_builder  # noqa: F401  registers the builders
 from mmidx_builder.errors import MMIdxError, ParameterError
-from mmidx_builder.format import write_documents
+from mmidx_builder.sources.indexed import write_documents
 
 SECRET = "root:x:0:0:SECRET-LINE-THAT-MUST-NOT-BE-PRINTED 0.5 b"
 RUN = "--split 1 --seq-length 8 --train-iters 3 --global-batch-size 2 --eval-interval 5 --eval-iters 1"

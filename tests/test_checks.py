@@ -9,15 +9,15 @@ import re
 import numpy as np
 import pytest
 
-from mmidx_builder import sampling
-from mmidx_builder.card import CardSettings
+from mmidx_builder.megatron import sampling
+from mmidx_builder.publishing.card import CardSettings
 from mmidx_builder.errors import ParameterError
 from mmidx_builder.fairseq import check_upsample_primary
-from mmidx_builder.fairseq_batches import max_tokens_batches
-from mmidx_builder.fairseq_items import PairItems
-from mmidx_builder.fairseq_preprocess import preprocess
+from mmidx_builder.fairseq.batches import max_tokens_batches
+from mmidx_builder.fairseq.items import PairItems
+from mmidx_builder.fairseq.preprocess import preprocess
 from mmidx_builder.megatron import resolve
-from mmidx_builder.rawfiles import RawFiles, diff_chunks
+from mmidx_builder.sources.raw import RawFiles, diff_chunks
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from mmidx_builder import cli
-from mmidx_builder.format import IndexedFileWriter, write_documents
+from mmidx_builder.sources.indexed import IndexedFileWriter, write_documents
 
 MMIDX = os.path.join(os.path.dirname(sys.executable), "mmidx")
 

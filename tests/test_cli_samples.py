@@ -5,9 +5,9 @@ import json
 import numpy as np
 import pytest
 
-from mmidx_builder import sampling
+from mmidx_builder.megatron import sampling
 from mmidx_builder.cli import main
-from mmidx_builder.format import IndexedFileWriter
+from mmidx_builder.sources.indexed import IndexedFileWriter
 
 LENGTHS = [5, 0, 61, 1, 17, 0, 9]  # an empty sequence, one longer than seq_length, a partial tail
 

@@ -21,7 +21,7 @@ from mmidx_builder.convert.readers import base as readers_base
 from mmidx_builder.cli import main
 from mmidx_builder.convert import convert, merge
 from mmidx_builder.errors import ConvertError, MMIdxError
-from mmidx_builder.format import IndexedFile
+from mmidx_builder.sources.indexed import IndexedFile
 
 WORDS = ("the of and to in is was for on that with as by at from his her an were are which this be "
          "or has had one not but its new first also after who two they been more their over year").split()

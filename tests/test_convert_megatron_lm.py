@@ -209,7 +209,7 @@ def check(name, all_cases, megatron_outputs, tmp_path):
     prefix, error = megatron_outputs[name]
     assert not error, f"preprocess_data.py failed on {name}: {error}"
     mine = ours(all_cases[name], tmp_path)
-    from mmidx_builder.format import IndexedFile
+    from mmidx_builder.sources.indexed import IndexedFile
 
     if not same_bytes(mine, prefix):
         a, b = IndexedFile.open(mine), IndexedFile.open(prefix)
@@ -426,7 +426,7 @@ def bare_cr_case(root) -> Case:
 
 
 def test_jsonl_with_bare_cr_line_ends_read_as_megatron_reads_it(all_cases, megatron_outputs, tmp_path):
-    from mmidx_builder.format import IndexedFile
+    from mmidx_builder.sources.indexed import IndexedFile
 
     check("bare_cr", all_cases, megatron_outputs, tmp_path)
     assert IndexedFile.open(megatron_outputs["bare_cr"][0]).num_documents == len(DOCUMENTS)

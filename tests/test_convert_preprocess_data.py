@@ -162,7 +162,7 @@ def assert_same_files(ours: str, theirs: str) -> None:
 
 
 def read_documents(prefix: str) -> list[list[int]]:
-    from mmidx_builder.format import IndexedFile
+    from mmidx_builder.sources.indexed import IndexedFile
 
     pair = IndexedFile.open(prefix)
     return [pair.document(i).tolist() for i in range(pair.num_documents)]

@@ -82,8 +82,8 @@ def _documents(rng, count, high=60, vocab=1000, eod=True):
 
 def make_workspace(folder: pathlib.Path) -> pathlib.Path:
     """The files the docs' blocks use, small enough that every block runs in seconds."""
-    from mmidx_builder import provenance
-    from mmidx_builder.format import write_documents
+    from mmidx_builder.sources import provenance
+    from mmidx_builder.sources.indexed import write_documents
 
     rng = np.random.default_rng(20)
     (folder / "data").mkdir(parents=True)

@@ -12,7 +12,7 @@ import pytest
 
 from mmidx_builder.errors import FormatError, MissingPartnerError, ParameterError
 from mmidx_builder.fairseq import Dictionary, LanguagePairs, find_language_pairs, pair_tables
-from mmidx_builder.format import Flavour, IndexedFile, IndexedFileWriter
+from mmidx_builder.sources.indexed import Flavour, IndexedFile, IndexedFileWriter
 
 WORDS = ["\u2581the", "\u2581cat", "s", "\u2581sat", "\u2581on", "\u2581mat", "\u2581Haus", "\u2581das", "\u2581ist",
          "\u2581klein", "\u2581a", "\u2581b"]

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from mmidx_builder.errors import ParameterError
 from mmidx_builder.fairseq import batch_by_size, max_tokens_batches, ordered_indices
-from mmidx_builder.fairseq_batches import FAIRSEQ_VERSIONS, filter_by_size, shard_batches
+from mmidx_builder.fairseq.batches import FAIRSEQ_VERSIONS, filter_by_size, shard_batches
 
 RELEASE, CURRENT = "0.12.2", "0.12.3.1"
 

@@ -21,8 +21,8 @@ import pytest
 from mmidx_builder.cli import main as mmidx
 from mmidx_builder.errors import ConvertError, ParameterError
 from mmidx_builder.fairseq import LanguagePairs, find_language_pairs
-from mmidx_builder import fairseq_preprocess
-from mmidx_builder.fairseq_preprocess import build_dictionary, decode_lines, preprocess, text_chunks
+from mmidx_builder.fairseq import preprocess as fairseq_preprocess
+from mmidx_builder.fairseq.preprocess import build_dictionary, decode_lines, preprocess, text_chunks
 
 ORACLE = os.path.join(os.path.dirname(__file__), "fairseq_oracle.py")
 ODD_SPACES = ["\u00a0", "\u2028", "\u0085", "\x0c", "\x1c", "\x1f", "\u3000", "\t", "\x0b", "  "]

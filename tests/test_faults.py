@@ -14,9 +14,9 @@ import pytest
 from datasets import load_dataset
 
 import mmidx_builder  # noqa: F401  registers the builders
-from mmidx_builder import format as fmt
+from mmidx_builder.sources import indexed as fmt
 from mmidx_builder.errors import FormatError, MissingPartnerError, ParameterError
-from mmidx_builder.format import IndexedFile, IndexedFileWriter, write_documents
+from mmidx_builder.sources.indexed import IndexedFile, IndexedFileWriter, write_documents
 
 SEQ = 8
 
@@ -45,7 +45,7 @@ def test_a_rewrite_with_mtimes_put_back_is_not_served_from_the_cache(tmp_path, r
     _rewrite_same_sizes(prefix, rng)
     after = _first_rows(folder, cache)
     source = IndexedFile.open(prefix)
-    from mmidx_builder import sampling
+    from mmidx_builder.megatron import sampling
     indices = sampling.build_indices(source.sequence_lengths, seq_length=SEQ, seed=1)
     np.testing.assert_array_equal(after, sampling.assemble_samples(source, indices, np.arange(indices.num_samples)))
     assert not np.array_equal(before, after)
@@ -83,7 +83,7 @@ def test_a_killed_writers_temporary_file_is_invisible_and_cleaned(tmp_path, rand
     write_documents(folder / "train", random_documents(np.random.default_rng(2), [30] * 10), dtype=np.uint16)
     code = textwrap.dedent(f"""
         import os, signal, numpy as np
-        from mmidx_builder.format import IndexedFileWriter
+        from mmidx_builder.sources.indexed import IndexedFileWriter
         w = IndexedFileWriter({str(folder / "other")!r}, dtype=np.uint16)
         w.add_document(np.arange(100))
         w._bin.flush()
@@ -245,7 +245,7 @@ def test_a_huge_document_is_refused_not_tokenized(tmp_path):
 # --- smaller ones ----------------------------------------------------------------------
 
 def test_indices_too_large_for_the_machine_are_refused_up_front(monkeypatch):
-    from mmidx_builder import sampling
+    from mmidx_builder.megatron import sampling
 
     monkeypatch.setattr(sampling, "_physical_memory", lambda: 2**30)
     with pytest.raises(ParameterError, match=r"need [\d.,]+ GiB of memory, more than this machine's 1.0 GiB"):
@@ -265,7 +265,7 @@ def test_nan_in_a_float_bin_read_as_int64_is_a_parameter_error(tmp_path):
 
 
 def test_a_damaged_index_cache_is_rebuilt_not_used(tmp_path):
-    from mmidx_builder import sampling
+    from mmidx_builder.megatron import sampling
 
     lengths = np.array([5, 9, 0, 30, 2] * 20, np.int32)
     cache = tmp_path / "indices"

@@ -15,11 +15,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mmidx_builder import format as fmt
+from mmidx_builder.sources import indexed as fmt
 from mmidx_builder.errors import FormatError, ParameterError
-from mmidx_builder.format import (Flavour, IndexedFile, IndexedFileWriter, dtype_code,
+from mmidx_builder.sources.indexed import (Flavour, IndexedFile, IndexedFileWriter, dtype_code,
                                   parse_header, smallest_dtype, split_prefix, write_documents)
-from mmidx_builder.source import Concatenated
+from mmidx_builder.sources.token_source import Concatenated
 
 # The dtype tables as FORMAT.md writes them.
 SPEC_MEGATRON = {1: "uint8", 2: "int8", 3: "int16", 4: "int32", 5: "int64", 6: "float64", 7: "float32", 8: "uint16"}

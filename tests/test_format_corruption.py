@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mmidx_builder.errors import FormatError, MissingPartnerError, MMIdxError, ParameterError
-from mmidx_builder.format import IndexedFile, IndexedFileWriter
+from mmidx_builder.sources.indexed import IndexedFile, IndexedFileWriter
 
 # Spec offsets.
 VERSION_AT, CODE_AT, COUNT_AT, DOCUMENT_COUNT_AT = 9, 17, 18, 26

@@ -17,7 +17,7 @@ import struct
 import numpy as np
 
 from mmidx_builder.errors import FormatError
-from mmidx_builder.format import IndexedFile
+from mmidx_builder.sources.indexed import IndexedFile
 from test_format_corruption import no_hang  # noqa: F401  (autouse: a validation that loops fails, not hangs)
 
 MAGIC = b"MMIDIDX\x00\x00"

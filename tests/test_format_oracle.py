@@ -12,7 +12,7 @@ import json
 import numpy as np
 import pytest
 
-from mmidx_builder.format import Flavour, IndexedFile, IndexedFileWriter
+from mmidx_builder.sources.indexed import Flavour, IndexedFile, IndexedFileWriter
 
 pytestmark = pytest.mark.megatron
 
@@ -143,7 +143,7 @@ def test_megatron_multimodal_files_are_detected(megatron, tmp_path, whole_docume
 def test_dtype_choice_matches_megatron_where_their_rule_applies(megatron):
     # megatron's optimal_dtype: uint16 below 65500, int32 from there on. Ours agrees above 256
     # (below, we pick uint8, which megatron reads too).
-    from mmidx_builder.format import smallest_dtype
+    from mmidx_builder.sources.indexed import smallest_dtype
     optimal = megatron.indexed_dataset.DType.optimal_dtype
     for vocab in (257, 50257, 65499, 65500, 128256, 2**31):
         assert smallest_dtype(vocab) == np.dtype(optimal(vocab))

@@ -16,9 +16,9 @@ import pytest
 from datasets import load_dataset
 
 import mmidx_builder  # noqa: F401  registers the builders
-from mmidx_builder import provenance
+from mmidx_builder.sources import provenance
 from mmidx_builder.errors import FormatError, MMIdxError
-from mmidx_builder.format import write_documents
+from mmidx_builder.sources.indexed import write_documents
 
 DEADLINE = 120  # seconds a child may take before the test calls it hung
 
@@ -156,7 +156,7 @@ def test_a_card_datasets_cannot_read_is_a_parameter_error_naming_the_card(tmp_pa
 # --- item 13: a card for names with glob characters -------------------------------------------
 
 def test_a_card_for_a_name_with_glob_characters_loads(tmp_path):
-    from mmidx_builder.card import CardSettings, write_card
+    from mmidx_builder.publishing.card import CardSettings, write_card
 
     prefix = _pair(tmp_path / "data", name="glob[1]*?_text_document")
     write_card(tmp_path / "data", CardSettings(seq_length=8))
@@ -171,11 +171,11 @@ def test_a_card_for_a_name_with_glob_characters_loads(tmp_path):
 
 def test_a_root_pair_beside_a_valid_folder_is_refused_not_dropped(tmp_path):
     from mmidx_builder.errors import ParameterError
-    from mmidx_builder.hub import plan_upload
+    from mmidx_builder.publishing.hub import plan_upload
 
     _pair(tmp_path, name="tokens")
     _pair(tmp_path / "valid", name="tokens", seed=1)
-    from mmidx_builder.card import render_card
+    from mmidx_builder.publishing.card import render_card
 
     with pytest.raises(ParameterError, match=r"1 \.bin file\(s\) fall in no split \(tokens\.bin\)"):
         render_card(tmp_path)
@@ -189,8 +189,8 @@ def test_upload_uses_the_token_of_the_api_it_is_given(tmp_path, monkeypatch):
     from huggingface_hub import HfApi
     from hub_server import LocalHub, isolate_hf_home, point_clients_at
 
-    from mmidx_builder import hub
-    from mmidx_builder.card import CardSettings
+    from mmidx_builder.publishing import hub
+    from mmidx_builder.publishing.card import CardSettings
 
     token = "hf_apiTOKENgivenToHfApiOnly0123456789"
     folder = tmp_path / "tokens"
@@ -227,8 +227,8 @@ def _read_only(folder):
 
 
 def test_a_read_only_folder_is_a_problem_of_the_dry_run_and_stops_the_upload(tmp_path, monkeypatch):
-    from mmidx_builder import hub
-    from mmidx_builder.card import CardSettings
+    from mmidx_builder.publishing import hub
+    from mmidx_builder.publishing.card import CardSettings
     from mmidx_builder.errors import HubError
 
     monkeypatch.setenv("HF_TOKEN", "hf_aTokenSoThatOnlyTheFolderStopsIt0")  # no request is made
@@ -287,7 +287,7 @@ def test_a_dry_run_that_finds_the_upload_would_stop_exits_non_zero_as_the_upload
 @pytest.mark.parametrize("kind", ["fifo", "directory"])
 @pytest.mark.parametrize("which", [".bin", ".idx"])
 def test_a_pair_file_that_is_a_fifo_or_a_directory_is_named_as_such(tmp_path, kind, which):
-    from mmidx_builder.format import IndexedFile
+    from mmidx_builder.sources.indexed import IndexedFile
 
     prefix = _pair(tmp_path)
     os.remove(prefix + which)
@@ -310,7 +310,7 @@ def test_a_negative_max_document_chars_is_refused(tmp_path, value):
 
 @pytest.mark.parametrize("name_bytes", [237, 244, 251, 255])
 def test_names_up_to_the_file_system_limit_can_be_written_and_loaded(tmp_path, name_bytes):
-    from mmidx_builder.card import CardSettings, write_card
+    from mmidx_builder.publishing.card import CardSettings, write_card
 
     stem = "é" * ((name_bytes - 4) // 2) + "x" * ((name_bytes - 4) % 2)  # two bytes a character: cuts meet one
     assert len(os.fsencode(stem + ".bin")) == name_bytes

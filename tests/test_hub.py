@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from mmidx_builder import HubError, write_documents
-from mmidx_builder import hub
+from mmidx_builder.publishing import hub
 from mmidx_builder.cli import main
 
 from hub_server import LocalHub as FakeHub

@@ -23,8 +23,9 @@ from datasets import load_dataset
 from datasets.exceptions import DatasetNotFoundError
 
 import mmidx_builder  # noqa: F401  (registers the builder)
-from mmidx_builder import FormatError, MMIdxError, hub, write_documents
-from mmidx_builder.card import CardSettings, write_card
+from mmidx_builder import FormatError, MMIdxError, write_documents
+from mmidx_builder.publishing import hub
+from mmidx_builder.publishing.card import CardSettings, write_card
 from mmidx_builder.hf.card_checksums import card_sha256
 
 from hub_server import LocalHub, isolate_hf_home, loopback_only, point_clients_at
@@ -207,7 +208,7 @@ def test_streaming_reads_the_idx_once_then_only_sample_ranges(local_hub, tmp_pat
 # --- private repos, revisions -----------------------------------------------------------
 
 def upload_with_api(folder, repo_id, **kwargs) -> str:
-    """mmidx_builder.hub.upload, the function behind hub_upload.py, in this process."""
+    """mmidx_builder.publishing.hub.upload, the function behind hub_upload.py, in this process."""
     return hub.upload(folder, repo_id, settings=CardSettings(**CARD), echo=lambda line: None, **kwargs)
 
 

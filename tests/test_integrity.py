@@ -15,7 +15,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from mmidx_builder.format import MEGATRON_HEADER_SIZE, IndexedFile, write_documents
+from mmidx_builder.sources.indexed import MEGATRON_HEADER_SIZE, IndexedFile, write_documents
 
 # --- truncation of mapped files while streaming: an error or the right rows, never SIGBUS ---
 
@@ -228,7 +228,7 @@ def _race(barrier, folder, me, results, action):
 
 
 def _start_writer(prefix, me):
-    from mmidx_builder.format import IndexedFileWriter
+    from mmidx_builder.sources.indexed import IndexedFileWriter
 
     writer = IndexedFileWriter(prefix, dtype=np.uint16)
     for length in _WRITERS[me]:
@@ -319,7 +319,7 @@ def _jsonl(path, rows):
 
 
 def test_merge_overwrite_of_inputs_without_sidecars_drops_the_old_sidecar(tmp_path):
-    from mmidx_builder import provenance
+    from mmidx_builder.sources import provenance
     from mmidx_builder.convert import convert, merge
 
     out = convert([_jsonl(tmp_path / "a.jsonl", ['"some text"'] * 5)], str(tmp_path / "out"), "bytes",
@@ -332,7 +332,7 @@ def test_merge_overwrite_of_inputs_without_sidecars_drops_the_old_sidecar(tmp_pa
 
 
 def test_a_kill_between_the_pairs_rename_and_its_sidecar_leaves_no_old_sidecar(tmp_path):
-    from mmidx_builder import provenance
+    from mmidx_builder.sources import provenance
     from mmidx_builder.convert import convert
 
     source = _jsonl(tmp_path / "a.jsonl", ['"some text"'] * 5)
@@ -340,7 +340,7 @@ def test_a_kill_between_the_pairs_rename_and_its_sidecar_leaves_no_old_sidecar(t
     ids = _jsonl(tmp_path / "ids.jsonl", ["[1, 50256]"] * 5)
     code = textwrap.dedent(f"""
         import os, signal
-        from mmidx_builder import provenance
+        from mmidx_builder.sources import provenance
         from mmidx_builder.convert import convert
         provenance.write_sidecar = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)
         convert([{ids!r}], {str(tmp_path / "out")!r}, "none", vocab_size=50257, eod_id=50256, overwrite=True)
@@ -353,7 +353,7 @@ def test_a_kill_between_the_pairs_rename_and_its_sidecar_leaves_no_old_sidecar(t
 def test_a_sidecar_of_a_replaced_pair_is_ignored_with_a_warning(tmp_path):
     from datasets import load_dataset
 
-    from mmidx_builder import provenance
+    from mmidx_builder.sources import provenance
     from mmidx_builder.convert import convert
 
     data = tmp_path / "data"
@@ -373,7 +373,7 @@ def test_a_sidecar_of_a_replaced_pair_is_ignored_with_a_warning(tmp_path):
 # --- the sampling index cache: bit flips are caught, killed writers' files removed ---------
 
 def _build(cache, **options):
-    from mmidx_builder import sampling
+    from mmidx_builder.megatron import sampling
 
     lengths = np.array([5, 9, 0, 30, 2, 17, 1] * 40, np.int32)
     return sampling.load_or_build_indices(lengths, cache_dir=cache, identity="x", seq_length=8, seed=3, **options)
@@ -422,7 +422,7 @@ def test_a_killed_cache_writers_temporary_is_removed_by_a_later_run(tmp_path):
     cache = tmp_path / "indices"
     code = textwrap.dedent(f"""
         import os, signal, numpy as np
-        from mmidx_builder import sampling
+        from mmidx_builder.megatron import sampling
         save = np.save
         def dying_save(f, array, **kwargs):
             f.write(b"half an array")
@@ -551,7 +551,7 @@ def test_a_pair_replaced_by_a_smaller_one_mid_stream_is_read_whole_not_called_tr
 _REPLACED_BEFORE_WORKERS = """
 import os, sys, numpy as np, torch, mmidx_builder
 from datasets import load_dataset
-from mmidx_builder.format import write_documents
+from mmidx_builder.sources.indexed import write_documents
 
 def main(method, folder, other):
     stream = load_dataset(folder, seq_length=16, split="train", streaming=True, num_shards=4,
@@ -591,7 +591,7 @@ def test_dataloader_workers_never_read_a_replaced_pair_under_the_old_row_count(t
 
 
 def test_validation_and_document_lengths_in_small_chunks_equal_the_whole(tmp_path, monkeypatch):
-    from mmidx_builder import format as fmt
+    from mmidx_builder.sources import indexed as fmt
     from mmidx_builder.errors import FormatError
 
     monkeypatch.setattr(fmt, "_VALIDATE_CHUNK", 3)  # many chunks, and chunk edges everywhere

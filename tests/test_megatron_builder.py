@@ -17,7 +17,7 @@ from datasets import load_dataset
 
 import mmidx_builder  # noqa: F401  registers the builders
 from mmidx_builder.errors import ParameterError
-from mmidx_builder.format import write_documents
+from mmidx_builder.sources.indexed import write_documents
 from mmidx_builder.megatron import resolve
 
 pytestmark = pytest.mark.megatron

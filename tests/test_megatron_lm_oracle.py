@@ -32,7 +32,7 @@ import pytest
 
 import mmidx_builder  # noqa: F401  registers the builders
 from mmidx_builder.errors import ParameterError
-from mmidx_builder.format import write_documents
+from mmidx_builder.sources.indexed import write_documents
 from mmidx_builder.megatron import resolve
 from megatron_lm_archive import ORACLES, oracle
 

@@ -9,7 +9,7 @@ import pytest
 from conftest import MegatronTokenizer
 
 from mmidx_builder.errors import ParameterError
-from mmidx_builder.format import IndexedFile, write_documents
+from mmidx_builder.sources.indexed import IndexedFile, write_documents
 from mmidx_builder.megatron import plan as mplan
 from mmidx_builder.megatron.splits import build_split, split_samples
 

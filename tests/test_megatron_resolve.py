@@ -16,7 +16,7 @@ import pytest
 
 import mmidx_builder  # noqa: F401  registers the builders
 from mmidx_builder.errors import ParameterError
-from mmidx_builder.format import write_documents
+from mmidx_builder.sources.indexed import write_documents
 from mmidx_builder.megatron import Resolution, resolve
 from mmidx_builder.megatron.args import COLLATOR_DEFAULTS, SETTINGS, UNSUPPORTED
 

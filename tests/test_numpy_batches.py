@@ -6,7 +6,7 @@ from datasets import load_dataset
 
 import mmidx_builder
 from mmidx_builder import numpy_batches
-from mmidx_builder.format import write_documents
+from mmidx_builder.sources.indexed import write_documents
 
 
 def test_numpy_batches_equal_the_numpy_format_in_the_files_dtype(tmp_path, random_documents):

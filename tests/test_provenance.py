@@ -9,11 +9,11 @@ import pytest
 from datasets import load_dataset
 
 import mmidx_builder  # noqa: F401  (registers the builder)
-from mmidx_builder import provenance
-from mmidx_builder.card import CardSettings, render_card
+from mmidx_builder.sources import provenance
+from mmidx_builder.publishing.card import CardSettings, render_card
 from mmidx_builder.convert import convert, merge
 from mmidx_builder.errors import FormatError
-from mmidx_builder.format import write_documents
+from mmidx_builder.sources.indexed import write_documents
 
 from range_server import RangeServer
 
@@ -129,7 +129,7 @@ def test_a_sidecar_added_later_is_seen_by_the_arrow_cache(tmp_path):
     import datasets
 
     import mmidx_builder  # noqa: F401
-    from mmidx_builder.format import write_documents
+    from mmidx_builder.sources.indexed import write_documents
 
     folder = tmp_path / "data"
     prefix = write_documents(folder / "train", [list(range(40))] * 5, dtype=np.uint16)

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from mmidx_builder.errors import FormatError, ParameterError
-from mmidx_builder.format import IndexedFileWriter, IndexedFile
-from mmidx_builder.rawfiles import (RawFiles, diff_chunks, diff_samples, eof_id, labels_for,
+from mmidx_builder.sources.indexed import IndexedFileWriter, IndexedFile
+from mmidx_builder.sources.raw import (RawFiles, diff_chunks, diff_samples, eof_id, labels_for,
                                     token_dtype)
 
 N_BYTES = (1, 2, 3, 4)
@@ -138,7 +138,7 @@ def test_raw_files_read_like_an_indexed_file_of_the_same_documents(tmp_path, fil
 
 
 def test_concat_style_samples_as_the_indexed_file_would(tmp_path, files):
-    from mmidx_builder import sampling
+    from mmidx_builder.megatron import sampling
     if not hasattr(sampling, "build_indices") or not hasattr(sampling, "assemble_samples"):
         pytest.skip("sampling.build_indices / assemble_samples not there yet")
     raw = RawFiles(files, 2)

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 import datasets
 from datasets import load_dataset
 
-from mmidx_builder import sampling
-from mmidx_builder.format import IndexedFile
+from mmidx_builder.megatron import sampling
+from mmidx_builder.sources.indexed import IndexedFile
 from mmidx_builder.hf.common import joined_batches, shard_ranges
 from mmidx_builder.hf.readahead import ReadAhead, ShardReadAhead
 

@@ -10,7 +10,7 @@ import datasets.load
 import datasets.packaged_modules as packaged
 
 import mmidx_builder
-from mmidx_builder.format import IndexedFileWriter
+from mmidx_builder.sources.indexed import IndexedFileWriter
 from mmidx_builder.hf import registry
 from mmidx_builder.hf.registry import BUILDER_MODULES, FRONT_DOOR
 
@@ -93,7 +93,7 @@ def test_import_order_does_not_matter(tmp_path):
 
 
 def test_the_format_layer_does_not_import_datasets(tmp_path):
-    result = _run("import sys, mmidx_builder.format, mmidx_builder.sampling, mmidx_builder.rawfiles; "
+    result = _run("import sys, mmidx_builder.sources.indexed, mmidx_builder.megatron.sampling, mmidx_builder.sources.raw; "
                   "print(sorted(m for m in sys.modules if m.split('.')[0] in ('datasets', 'pyarrow', 'torch')))",
                   tmp_path)
     assert result.returncode == 0, result.stderr

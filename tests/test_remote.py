@@ -21,10 +21,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mmidx_builder.errors import MissingPartnerError, RemoteChangedError, RemoteReadError
-from mmidx_builder.format import IndexedFile, write_documents
-from mmidx_builder.rawfiles import RawFiles
+from mmidx_builder.sources.indexed import IndexedFile, write_documents
+from mmidx_builder.sources.raw import RawFiles
 from mmidx_builder.storage.remote import MERGE_GAP_BYTES, BlockCache, RemoteAccess, plan_runs
-from mmidx_builder.source import Concatenated, SequenceRange
+from mmidx_builder.sources.token_source import Concatenated, SequenceRange
 from range_server import RangeServer
 
 SEQ = 64
@@ -406,7 +406,7 @@ def test_a_second_pass_through_the_cache_reads_no_remote_bytes(served, tmp_path)
         assert server.sent == sent
         # Another process (a new reader, no in-memory state) is served from the same files.
         code = (f"import sys, numpy as np; sys.path.insert(0, {os.path.dirname(__file__)!r})\n"
-                "from mmidx_builder.format import IndexedFile\nfrom mmidx_builder.storage.remote import RemoteAccess\n"
+                "from mmidx_builder.sources.indexed import IndexedFile\nfrom mmidx_builder.storage.remote import RemoteAccess\n"
                 f"f = IndexedFile.open({server.url + '/corpus'!r}, opener=RemoteAccess(cache_dir={str(tmp_path / 'cache')!r}))\n"
                 f"sys.stdout.write(f.read_pieces({ids.tolist()}, {offsets.tolist()}, {lengths.tolist()}).tobytes().hex())")
         other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
@@ -420,7 +420,7 @@ def test_two_processes_filling_one_cache_at_once_read_the_same_tokens(served, tm
     folder, prefix = served
     cache = str(tmp_path / "cache")
     with RangeServer(folder, latency=0.01) as server:
-        code = (f"from mmidx_builder.format import IndexedFile\nfrom mmidx_builder.storage.remote import RemoteAccess\n"
+        code = (f"from mmidx_builder.sources.indexed import IndexedFile\nfrom mmidx_builder.storage.remote import RemoteAccess\n"
                 "import sys\n"
                 f"f = IndexedFile.open({server.url + '/corpus'!r}, opener=RemoteAccess(cache_dir={cache!r}, max_cache_bytes=3 << 20))\n"
                 "sys.stdout.write(f.read_pieces(list(range(0, 2000, 3)), [0] * 667, f.sequence_lengths[0:2000:3]).tobytes().hex())")

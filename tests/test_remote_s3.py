@@ -18,7 +18,7 @@ from datasets import load_dataset  # noqa: E402
 
 import mmidx_builder  # noqa: F401,E402  (registers the builders)
 from mmidx_builder.errors import RemoteChangedError  # noqa: E402
-from mmidx_builder.format import IndexedFile, write_documents  # noqa: E402
+from mmidx_builder.sources.indexed import IndexedFile, write_documents  # noqa: E402
 from mmidx_builder.storage.remote import RemoteAccess  # noqa: E402
 from hub_server import LocalHub, isolate_hf_home, loopback_only, point_clients_at  # noqa: E402
 from s3_server import LocalS3  # noqa: E402

@@ -21,7 +21,7 @@ import pytest
 from datasets import load_dataset
 
 from mmidx_builder import FormatError, write_documents
-from mmidx_builder.card import CardSettings, write_card
+from mmidx_builder.publishing.card import CardSettings, write_card
 
 SEQ = 8
 

@@ -13,9 +13,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mmidx_builder import sampling
+from mmidx_builder.megatron import sampling
 from mmidx_builder.errors import ParameterError
-from mmidx_builder.format import IndexedFile, IndexedFileWriter
+from mmidx_builder.sources.indexed import IndexedFile, IndexedFileWriter
 
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -11,9 +11,9 @@ import pytest
 
 from conftest import MegatronTokenizer
 
-from mmidx_builder import sampling
+from mmidx_builder.megatron import sampling
 from mmidx_builder.errors import ParameterError
-from mmidx_builder.format import IndexedFile, IndexedFileWriter
+from mmidx_builder.sources.indexed import IndexedFile, IndexedFileWriter
 
 pytestmark = pytest.mark.megatron
 

@@ -16,7 +16,7 @@ from conftest import require_oracle_module
 
 from mmidx_builder.convert import convert
 from mmidx_builder.errors import ConvertError
-from mmidx_builder.format import IndexedFile
+from mmidx_builder.sources.indexed import IndexedFile
 
 
 @pytest.fixture()

@@ -17,9 +17,10 @@ import textwrap
 import numpy as np
 import pytest
 
-from mmidx_builder import MMIdx, provenance
+from mmidx_builder import MMIdx
+from mmidx_builder.sources import provenance
 from mmidx_builder.errors import ParameterError
-from mmidx_builder.format import IndexedFileWriter
+from mmidx_builder.sources.indexed import IndexedFileWriter
 
 from megatron_lm_archive import megatron_lm_reading
 

@@ -18,7 +18,7 @@ import pytest
 
 from mmidx_builder import MMIdx
 from mmidx_builder.errors import ParameterError
-from mmidx_builder.format import IndexedFileWriter
+from mmidx_builder.sources.indexed import IndexedFileWriter
 
 SEQ_LENGTH = 3
 
@@ -429,7 +429,7 @@ def test_every_kind_records_the_fingerprint_of_its_sources(tmp_path, torch):
     from datasets import load_dataset
 
     from mmidx_builder import megatron_rank_stream
-    from mmidx_builder.format import write_documents
+    from mmidx_builder.sources.indexed import write_documents
 
     prefix = str(tmp_path / "a_text_document")
     write_unique_corpus(prefix, np.random.RandomState(4), documents=60)

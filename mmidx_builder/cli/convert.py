@@ -76,7 +76,7 @@ def _run_convert(args) -> None:
 
 def _run_merge(args) -> None:
     from ..convert import merge
-    from ..format import IndexedFile
+    from ..sources.indexed import IndexedFile
 
     prefix = merge(args.prefixes, args.output_prefix, overwrite=args.overwrite)
     merged = IndexedFile.open(prefix)

@@ -39,7 +39,7 @@ def add_commands(commands) -> None:
 
 
 def _run(args) -> None:
-    from ..fairseq_preprocess import preprocess
+    from ..fairseq.preprocess import preprocess
 
     summary = preprocess(source_lang=args.source_lang, target_lang=args.target_lang, trainpref=args.trainpref,
                          validpref=args.validpref, testpref=args.testpref, destdir=args.destdir,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 from ..errors import ParameterError
-from ..sampling import DEFAULT_SEED
+from ..megatron.sampling import DEFAULT_SEED
 from .keywords import in_flags
 
 
@@ -54,8 +54,8 @@ def _human_bytes(n: int) -> str:
 
 
 def _inspect(args) -> None:
-    from ..format import IndexedFile
-    from ..stats import describe
+    from ..sources.indexed import IndexedFile
+    from ..sources.stats import describe
 
     info = describe(IndexedFile.open(args.path))
     if args.json:
@@ -88,7 +88,7 @@ def _parse_range(text: str, count: int) -> range:
 
 
 def _show(args) -> None:
-    from ..format import IndexedFile
+    from ..sources.indexed import IndexedFile
 
     indexed = IndexedFile.open(args.path)
     for i in _parse_range(args.sequences, indexed.num_sequences):
@@ -98,7 +98,7 @@ def _show(args) -> None:
 
 def _megatron_samples(args) -> None:
     """The splits a Megatron command line builds: per split, the summary and some samples."""
-    from ..format import IndexedFile
+    from ..sources.indexed import IndexedFile
     from ..megatron import resolve
     from ..megatron.plan import all_prefixes
     from ..megatron.splits import build_split, split_samples
@@ -145,8 +145,8 @@ def _refuse(args, alternatives: dict, where: str) -> None:
 def _samples(args) -> None:
     import numpy as np
 
-    from .. import sampling
-    from ..format import IndexedFile
+    from ..megatron import sampling
+    from ..sources.indexed import IndexedFile
 
     if args.megatron_args:
         if args.path:

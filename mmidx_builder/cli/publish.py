@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..sampling import DEFAULT_SEQ_LENGTH
+from ..megatron.sampling import DEFAULT_SEQ_LENGTH
 from .keywords import in_flags
 
 
@@ -18,7 +18,7 @@ def _add_card_settings(parser) -> None:
 
 
 def _card_settings(args):
-    from ..card import CardSettings
+    from ..publishing.card import CardSettings
 
     return CardSettings(seq_length=args.seq_length, tokenizer=args.tokenizer, made_with=args.made_with,
                         license=args.license, pretty_name=args.pretty_name, repo_id=getattr(args, "repo_id", None))
@@ -45,7 +45,7 @@ def add_commands(commands) -> None:
 
 
 def _run_card(args) -> None:
-    from ..card import HISTOGRAM_NAME, README_NAME, write_card
+    from ..publishing.card import HISTOGRAM_NAME, README_NAME, write_card
 
     rendered = write_card(args.directory, _card_settings(args))
     rows = sum(s.num_examples for s in rendered.splits)
@@ -54,7 +54,7 @@ def _run_card(args) -> None:
 
 
 def _run_upload(args) -> None:
-    from ..hub import upload
+    from ..publishing.hub import upload
 
     upload(args.directory, args.repo_id, private=args.private, revision=args.revision,
            commit_message=args.commit_message, dry_run=args.dry_run, settings=_card_settings(args))

@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 from typing import Sequence
 
-from .. import provenance
+from ..sources import provenance
 from ..storage.files import WriterLock
 from ..errors import ConvertError
-from ..format import IndexedFile, IndexedFileWriter, split_prefix
+from ..sources.indexed import IndexedFile, IndexedFileWriter, split_prefix
 from .outputs import refuse_existing
 
 

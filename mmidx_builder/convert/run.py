@@ -10,11 +10,11 @@ from typing import Sequence
 
 import numpy as np
 
-from .. import provenance
+from ..sources import provenance
 from ..storage.files import WriterLock
 from ..dtypes import megatron_writer_dtype
 from ..errors import ConvertError, ParameterError
-from ..format import IndexedFileWriter, split_prefix
+from ..sources.indexed import IndexedFileWriter, split_prefix
 from ..checks import check_int
 from .encode import EncodeJob
 from .inputs import InputBatches, plan_inputs

@@ -37,14 +37,15 @@ import datasets
 import numpy as np
 import pyarrow as pa
 
-from .. import provenance, sampling
+from ..sources import provenance
+from ..megatron import sampling
 from ..storage.files import file_identity, is_remote
 from ..checks import check_bool, check_int
 from ..dtypes import cast_tokens, integer_dtype
 from ..errors import MissingPartnerError, ParameterError
-from ..format import check_partners, split_prefix
+from ..sources.indexed import check_partners, split_prefix
 from ..storage.remote import RemoteAccess
-from ..source import check_opened, check_still_named
+from ..sources.token_source import check_opened, check_still_named
 from . import registry
 from .card_checksums import verify_against_card
 from .readahead import ReadAhead, ShardReadAhead

@@ -15,10 +15,10 @@ import datasets
 import pyarrow as pa
 
 from ..storage.files import is_remote
-from ..fairseq import (Dictionary, LanguagePairs, check_upsample_primary, dictionary_path, find_language_pairs,
+from ..fairseq.pairs import (Dictionary, LanguagePairs, check_upsample_primary, dictionary_path, find_language_pairs,
                        is_pair_file, pair_tables)
-from ..fairseq_items import PairItems
-from ..format import IndexedFile, split_prefix
+from ..fairseq.items import PairItems
+from ..sources.indexed import IndexedFile, split_prefix
 from ..errors import ParameterError
 from .common import BaseBuilder, BaseConfig, OpenedSplit, Plan, ranged
 

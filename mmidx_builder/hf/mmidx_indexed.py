@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import provenance
+from ..sources import provenance
 from ..storage.files import is_remote
-from ..format import IndexedFile, split_prefix
-from ..source import Concatenated
+from ..sources.indexed import IndexedFile, split_prefix
+from ..sources.token_source import Concatenated
 from .common import GPTConfig, GPTSamplesBuilder, Plan, opened_samples, pair_data_files, ranged
 from .pair_downloads import download_pairs
 

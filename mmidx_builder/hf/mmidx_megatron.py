@@ -21,17 +21,17 @@ import datasets
 import numpy as np
 import pyarrow as pa
 
-from .. import provenance
+from ..sources import provenance
 from ..storage.files import is_remote
 from .card_checksums import verify_against_card
 from ..dtypes import common_token_dtype
 from ..errors import ParameterError
-from ..format import IndexedFile, split_prefix
+from ..sources.indexed import IndexedFile, split_prefix
 from ..megatron.args import BLEND_SETTINGS, SETTINGS, Resolution, resolve
 from ..megatron.plan import all_prefixes
 from ..megatron.splits import build_split, split_samples
 from .pair_downloads import download_pairs
-from ..source import Concatenated
+from ..sources.token_source import Concatenated
 from .common import (GPTConfig, GPTSamplesBuilder, OpenedSplit, Plan, fixed_size_lists, opened_split, ranged,
                      sample_features, structure_columns)
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from .. import provenance
+from ..sources import provenance
 from ..storage.files import is_remote
 from ..errors import ParameterError
-from ..rawfiles import RawFiles, check_n_bytes
+from ..sources.raw import RawFiles, check_n_bytes
 from .common import GPTConfig, GPTSamplesBuilder, Plan, opened_samples, ranged
 
 # Files with these names among the data files map files to labels (mmidx_raw_chunks).

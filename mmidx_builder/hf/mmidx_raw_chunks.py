@@ -14,12 +14,12 @@ import datasets
 import numpy as np
 import pyarrow as pa
 
-from .. import provenance
+from ..sources import provenance
 from ..storage.files import is_remote
 from ..checks import check_int
 from ..dtypes import cast_tokens
-from ..rawfiles import RawFiles, diff_chunks, diff_samples, labels_for
-from ..sampling import DEFAULT_SEQ_LENGTH
+from ..sources.raw import RawFiles, diff_chunks, diff_samples, labels_for
+from ..megatron.sampling import DEFAULT_SEQ_LENGTH
 from .common import GPTSamplesBuilder, OpenedSplit, Plan, SamplesConfig, fixed_size_lists, ranged
 from .mmidx_raw import check_raw_settings, raw_data_files
 

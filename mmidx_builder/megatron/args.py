@@ -49,7 +49,7 @@ import warnings
 
 from ..storage.files import read_small_file
 from ..errors import FormatError, ParameterError
-from ..sampling import DEFAULT_SEED, DEFAULT_SEQ_LENGTH, check_settings
+from .sampling import DEFAULT_SEED, DEFAULT_SEQ_LENGTH, check_settings
 from .plan import DEFAULT_SURPLUS, SplitPlan, megatron_plan, parse_data_path
 from .splits import check_seq_length
 from .versions import check_arguments_exist, check_version, null_tokenizer_ids, rampup_train_iters

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import sampling
+from . import sampling
 from ..dtypes import cast_tokens, common_token_dtype
 from ..errors import ParameterError
-from ..source import SequenceRange, TokenSource
+from ..sources.token_source import SequenceRange, TokenSource
 from .plan import SplitPlan, normalize, per_dataset_size, sequence_range
 from .blending_indices import BlendingIndices, load_or_build_blending_indices
 

@@ -24,7 +24,7 @@ __all__ = ["ArrowRows", "FairseqCollater", "MegatronCollator", "MegatronRankStre
 
 def __getattr__(name: str):
     if name == "FairseqCollater":
-        from .fairseq_collater import FairseqCollater
+        from ..fairseq.collater import FairseqCollater
 
         return FairseqCollater
     if name == "MegatronCollator":

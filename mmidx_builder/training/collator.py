@@ -39,11 +39,11 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from .. import provenance
+from ..sources import provenance
 from ..checks import check_bool, check_int
 from ..errors import ParameterError
 from ..megatron.args import COLLATOR_DEFAULTS, resolve
-from ._torch import require_torch
+from ..extras import require_torch
 
 __all__ = ["MegatronCollator"]
 

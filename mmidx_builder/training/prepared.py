@@ -14,7 +14,7 @@ A stream needs none of this: ``megatron_rank_stream(stream.with_format("arrow"),
 from __future__ import annotations
 
 from ..errors import ParameterError
-from ._torch import require_torch
+from ..extras import require_torch
 
 torch = require_torch("arrow_rows")
 

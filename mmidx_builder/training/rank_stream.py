@@ -55,10 +55,10 @@ from collections.abc import Iterator, Mapping
 
 import numpy as np
 
-from .. import provenance
+from ..sources import provenance
 from ..checks import check_int
 from ..errors import ParameterError
-from ._torch import require_torch
+from ..extras import require_torch
 
 torch = require_torch("megatron_rank_stream")
 

@@ -32,12 +32,13 @@ from pathlib import Path
 
 import numpy as np
 
-from . import provenance, sampling
-from .storage.files import write_atomically
-from .errors import ParameterError
-from .format import IndexedFile, split_prefix
-from .source import Concatenated
-from .stats import describe
+from ..sources import provenance
+from ..megatron import sampling
+from ..storage.files import write_atomically
+from ..errors import ParameterError
+from ..sources.indexed import IndexedFile, split_prefix
+from ..sources.token_source import Concatenated
+from ..sources.stats import describe
 
 README_NAME = "README.md"
 HISTOGRAM_NAME = "document_lengths.png"
@@ -405,7 +406,7 @@ def render_card(directory: str | os.PathLike, settings: CardSettings | None = No
     from datasets.utils.metadata import MetadataConfigs
     from huggingface_hub import DatasetCard, DatasetCardData
 
-    from .hf.common import sample_features
+    from ..hf.common import sample_features
 
     directory = Path(directory)
     readme = directory / README_NAME

@@ -28,8 +28,8 @@ import numpy as np
 
 from ..checks import check_int
 from ..errors import ParameterError
-from ..fairseq_items import EOS, PAD
-from ._torch import require_torch
+from .items import EOS, PAD
+from ..extras import require_torch
 
 __all__ = ["FairseqCollater"]
 

@@ -36,14 +36,14 @@ from typing import IO, Callable, Iterable, Sequence
 
 import numpy as np
 
-from .storage.bin_readers import BinReader
-from .storage.files import (TEMPORARY_MARK, WriterLock,  # noqa: F401  (TEMPORARY_MARK: tests read it here)
+from ..storage.bin_readers import BinReader
+from ..storage.files import (TEMPORARY_MARK, WriterLock,  # noqa: F401  (TEMPORARY_MARK: tests read it here)
                             file_identity, remove_quietly, temporary_path, temporary_stem)
-from .storage.files import remove_stale_temporaries as remove_stale_files
-from .storage.pairs import check_partners, open_pair  # noqa: F401  (check_partners: callers find it here)
-from .dtypes import DTYPE_TABLES, FAIRSEQ_DTYPES, MEGATRON_DTYPES, Flavour, dtype_code, smallest_dtype, writer_dtype  # noqa: F401
-from .errors import FormatError, MissingPartnerError, ParameterError
-from .source import check_pieces, combined_identity, first_bad
+from ..storage.files import remove_stale_temporaries as remove_stale_files
+from ..storage.pairs import check_partners, open_pair  # noqa: F401  (check_partners: callers find it here)
+from ..dtypes import DTYPE_TABLES, FAIRSEQ_DTYPES, MEGATRON_DTYPES, Flavour, dtype_code, smallest_dtype, writer_dtype  # noqa: F401
+from ..errors import FormatError, MissingPartnerError, ParameterError
+from .token_source import check_pieces, combined_identity, first_bad
 
 MAGIC = b"MMIDIDX\x00\x00"
 # The provenance sidecar beside a pair (provenance.py): it describes one generation of the

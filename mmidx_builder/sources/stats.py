@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .format import IndexedFile
+from .indexed import IndexedFile
 
 
 def describe(indexed: IndexedFile) -> dict:

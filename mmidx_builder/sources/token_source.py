@@ -17,8 +17,8 @@ from typing import Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from .storage.files import file_identity, replaced_error
-from .errors import FormatError, ParameterError
+from ..storage.files import file_identity, replaced_error
+from ..errors import FormatError, ParameterError
 
 
 @runtime_checkable

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .checks import check_int
-from .errors import ParameterError
+from ..checks import check_int
+from ..errors import ParameterError
 
 # fairseq's Dictionary always numbers its specials so.
 BOS, PAD, EOS, UNK = 0, 1, 2, 3

@@ -35,8 +35,8 @@ import numbers
 
 import numpy as np
 
-from .checks import SEED_LIMIT, check_int, check_seed
-from .errors import ParameterError
+from ..checks import SEED_LIMIT, check_int, check_seed
+from ..errors import ParameterError
 
 FAIRSEQ_VERSIONS = ("0.12.3.1", "0.12.2")
 

@@ -1,4 +1,4 @@
-"""torch, imported on first use with an error that says how to get it."""
+"""Optional extras (torch), imported on first use with an error that says how to get them."""
 
 from __future__ import annotations
 

@@ -36,10 +36,10 @@ from typing import Iterator
 
 import numpy as np
 
-from .storage import array_cache
-from .storage.files import temporary_path
-from .checks import check_int, check_seed
-from .errors import ParameterError
+from ..storage import array_cache
+from ..storage.files import temporary_path
+from ..checks import check_int, check_seed
+from ..errors import ParameterError
 
 __all__ = [
     "SamplingIndices",

@@ -48,9 +48,9 @@ from pathlib import Path
 import numpy as np
 import xxhash
 
-from .errors import FormatError
-from .format import SIDECAR_SUFFIX, split_prefix
-from .storage.files import file_identity, is_remote, read_small_file, write_atomically
+from ..errors import FormatError
+from .indexed import SIDECAR_SUFFIX, split_prefix
+from ..storage.files import file_identity, is_remote, read_small_file, write_atomically
 
 logger = logging.getLogger(__name__)
 
@@ -231,7 +231,7 @@ def tokenizer_facts(files, dl_manager=None, opener=open) -> dict:
 
 def raw_facts(n_bytes: int) -> dict:
     """Raw files end every file with the end-of-file token (rawfiles.eof_id): it is their EOD."""
-    from .rawfiles import eof_id  # the raw layer, only for raw files
+    from .raw import eof_id  # the raw layer, only for raw files
 
     eof = eof_id(n_bytes)
     return {"tokenizer": f"raw bytes, n_bytes={n_bytes}", "vocab_size": eof + 1, "eod_id": eof, "append_eod": True}

@@ -42,14 +42,14 @@ from typing import IO, Callable, Sequence
 
 import numpy as np
 
-from .storage.files import file_identity, stat_identity
-from .checks import check_int
-from .dtypes import raw_token_dtype
-from .errors import FormatError, ParameterError
-from .storage.bin_readers import opened_size
-from .storage.mapped import MappedFile, gather
-from .storage.remote import read_ranges, remote_access_for
-from .source import check_pieces, combined_identity
+from ..storage.files import file_identity, stat_identity
+from ..checks import check_int
+from ..dtypes import raw_token_dtype
+from ..errors import FormatError, ParameterError
+from ..storage.bin_readers import opened_size
+from ..storage.mapped import MappedFile, gather
+from ..storage.remote import read_ranges, remote_access_for
+from .token_source import check_pieces, combined_identity
 
 N_BYTES_CHOICES = (1, 2, 3, 4)
 

@@ -25,16 +25,16 @@ from typing import IO, Callable, Iterable, Iterator, Sequence
 import numpy as np
 import pyarrow as pa
 
-from .storage.files import atomic_output, is_remote
-from .checks import check_int
-from .errors import FormatError, MissingPartnerError, ParameterError
+from ..storage.files import atomic_output, is_remote
+from ..checks import check_int
+from ..errors import FormatError, MissingPartnerError, ParameterError
 # fairseq's max_tokens batching lives in its own module (pure index arithmetic); its names
 # stay importable from here.
-from .fairseq_batches import batch_by_size, max_tokens_batches, ordered_indices, shard_batches  # noqa: F401
-from .dtypes import cast_tokens
-from .fairseq_items import PairItems
-from .format import IndexedFile
-from .source import Concatenated
+from .batches import batch_by_size, max_tokens_batches, ordered_indices, shard_batches  # noqa: F401
+from ..dtypes import cast_tokens
+from .items import PairItems
+from ..sources.indexed import IndexedFile
+from ..sources.token_source import Concatenated
 
 OVERWRITE_FLAG = "#fairseq:overwrite"
 
@@ -399,7 +399,7 @@ class LanguagePairs:
     def collater(self, **options):
         """A :class:`~mmidx_builder.training.FairseqCollater` for these pairs (torch), with the
         EOS fairseq collates them with; ``options`` are its own (``left_pad_source``...)."""
-        from .training import FairseqCollater
+        from .collater import FairseqCollater
 
         return FairseqCollater(eos=self.items.collate_eos, **options)
 

@@ -30,12 +30,12 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from .storage.files import temporary_path
-from .checks import check_int
-from .dtypes import Flavour, writer_dtype
-from .errors import ConvertError, ParameterError
-from .fairseq import Dictionary, dictionary_path
-from .format import IndexedFileWriter
+from ..storage.files import temporary_path
+from ..checks import check_int
+from ..dtypes import Flavour, writer_dtype
+from ..errors import ConvertError, ParameterError
+from .pairs import Dictionary, dictionary_path
+from ..sources.indexed import IndexedFileWriter
 
 # Bytes of text a worker takes at a time; a chunk ends at a line end.
 CHUNK_BYTES = 4 << 20

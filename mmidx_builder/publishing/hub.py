@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Callable
 
 from .card import HISTOGRAM_NAME, README_NAME, CardSettings, render_card, write_card
-from .errors import FormatError, HubError, ParameterError
-from .format import IndexedFile, split_prefix
+from ..errors import FormatError, HubError, ParameterError
+from ..sources.indexed import IndexedFile, split_prefix
 
 # Never uploaded: writers' temporary files (format.IndexedFileWriter writes
 # "PREFIX.bin.tmp-PID-xxxx"), sampling index caches, editor and OS litter. huggingface_hub
