@@ -84,7 +84,8 @@ def main() -> None:
     import mmidx_builder  # noqa: F401,E402
     from mmidx_builder import IndexedFile, write_documents  # noqa: E402
     from mmidx_builder.megatron import sampling  # noqa: E402
-    from mmidx_builder.hf.common import DEFAULT_NUM_SHARDS, shard_ranges  # noqa: E402
+    from mmidx_builder.hf.base_builder import DEFAULT_NUM_SHARDS# noqa: E402
+    from mmidx_builder.hf.tables import shard_ranges
 
     datasets.disable_progress_bars()
     rng = np.random.default_rng(0)

@@ -21,7 +21,7 @@ from mmidx_builder.errors import MissingPartnerError, MMIdxError, ParameterError
 from mmidx_builder.sources.indexed import IndexedFile, IndexedFileWriter, write_documents
 from mmidx_builder.sources.token_source import Concatenated
 from mmidx_builder import MMIdx
-from mmidx_builder.hf.common import shard_ranges
+from mmidx_builder.hf.tables import shard_ranges
 
 from range_server import RangeServer
 

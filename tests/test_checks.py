@@ -67,7 +67,7 @@ def test_a_fairseq_seed_numpy_cannot_take_is_refused_by_name():
 
 
 def test_the_defaults_have_one_home():
-    from mmidx_builder.hf.common import GPTConfig
+    from mmidx_builder.hf.gpt_samples import GPTConfig
 
     resolved = GPTConfig(name="x").resolved()
     assert CardSettings().merged_with({}).seq_length == resolved["seq_length"] == sampling.DEFAULT_SEQ_LENGTH

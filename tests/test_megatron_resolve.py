@@ -59,7 +59,7 @@ def test_the_resolver_is_the_one_list_of_megatron_settings():
     import dataclasses
     import inspect
 
-    from mmidx_builder.hf.common import GPTConfig
+    from mmidx_builder.hf.gpt_samples import GPTConfig
     from mmidx_builder.hf.mmidx_megatron import OWN_SETTINGS, MegatronConfig
     from mmidx_builder.megatron.args import SAMPLING_SETTINGS, megatron_plan
 

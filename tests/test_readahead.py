@@ -1,4 +1,4 @@
-"""Gathers that span shards (hf/readahead.py, common.joined_batches): however the shards are
+"""Gathers that span shards (hf/readahead.py, tables.joined_batches): however the shards are
 asked for, every table holds exactly the rows asked for, and datasets still counts each shard."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from datasets import load_dataset
 
 from mmidx_builder.megatron import sampling
 from mmidx_builder.sources.indexed import IndexedFile
-from mmidx_builder.hf.common import joined_batches, shard_ranges
+from mmidx_builder.hf.tables import joined_batches, shard_ranges
 from mmidx_builder.hf.readahead import ReadAhead, ShardReadAhead
 
 

@@ -1,4 +1,4 @@
-"""The samples seam (hf/common.py): every kind is planned, opened, verified and read the same way.
+"""The samples seam (hf/base_builder.py, hf/gpt_samples.py): every kind is planned, opened, verified and read the same way.
 
 - ``verification_mode="all_checks"`` checks every file each kind reads against the dataset
   card's sha256, with the folder given relative to the working directory (how a user at the
@@ -154,7 +154,7 @@ class SlowRemote:
 def read_through_slow_remote(monkeypatch, delay: float = 0.02) -> list:
     """From now on, every .bin/.idx pair the one-prefix kind opens is read through a SlowRemote
     (the list returned fills with them)."""
-    from mmidx_builder.hf import common
+    from mmidx_builder.hf import gpt_samples
     from mmidx_builder.hf.mmidx_indexed import MMIdxIndexed
 
     sources = []
@@ -163,7 +163,7 @@ def read_through_slow_remote(monkeypatch, delay: float = 0.02) -> list:
     def slow_open_plan(plan, opener):
         slow = SlowRemote(open_plan(plan, opener).source, delay)
         sources.append(slow)
-        return common.opened_samples(slow, plan)
+        return gpt_samples.opened_samples(slow, plan)
 
     monkeypatch.setattr(MMIdxIndexed, "open_plan", staticmethod(slow_open_plan))
     return sources
@@ -240,7 +240,7 @@ def test_a_rank_stream_over_remote_files_reads_its_rows_ahead(corpus, tmp_path, 
 # --- the seam's shape --------------------------------------------------------------------------
 
 def test_megatron_config_is_a_gpt_config_restating_no_field():
-    from mmidx_builder.hf.common import GPTConfig
+    from mmidx_builder.hf.gpt_samples import GPTConfig
     from mmidx_builder.hf.mmidx_megatron import MegatronConfig
 
     assert issubclass(MegatronConfig, GPTConfig)

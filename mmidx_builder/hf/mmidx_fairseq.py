@@ -20,7 +20,9 @@ from ..fairseq.pairs import (Dictionary, LanguagePairs, check_upsample_primary, 
 from ..fairseq.items import PairItems
 from ..sources.indexed import IndexedFile, split_prefix
 from ..errors import ParameterError
-from .common import BaseBuilder, BaseConfig, OpenedSplit, Plan, ranged
+from .base_builder import BaseBuilder, BaseConfig
+from .data_files import ranged
+from .plans import OpenedSplit, Plan
 
 
 @dataclass

@@ -5,7 +5,7 @@ as Megatron would see their merge, and sampled exactly as megatron-core's GPTDat
 
 The path of a token: ``.bin`` (format.IndexedFile, memory-mapped or ranged reads) ->
 Megatron's document/sample/shuffle indices (sampling) -> one batched gather per table
-(sampling.assemble_samples) -> a pyarrow table of ``input_ids`` rows (common.sample_table).
+(sampling.assemble_samples) -> a pyarrow table of ``input_ids`` rows (gpt_samples.sample_table).
 """
 
 from __future__ import annotations
@@ -16,7 +16,9 @@ from ..sources import provenance
 from ..storage.files import is_remote
 from ..sources.indexed import IndexedFile, split_prefix
 from ..sources.token_source import Concatenated
-from .common import GPTConfig, GPTSamplesBuilder, Plan, opened_samples, pair_data_files, ranged
+from .data_files import pair_data_files, ranged
+from .gpt_samples import GPTConfig, GPTSamplesBuilder, opened_samples
+from .plans import Plan
 from .pair_downloads import download_pairs
 
 

@@ -32,8 +32,10 @@ from ..megatron.plan import all_prefixes
 from ..megatron.splits import build_split, split_samples
 from .pair_downloads import download_pairs
 from ..sources.token_source import Concatenated
-from .common import (GPTConfig, GPTSamplesBuilder, OpenedSplit, Plan, fixed_size_lists, opened_split, ranged,
-                     sample_features, structure_columns)
+from .data_files import ranged
+from .gpt_samples import GPTConfig, GPTSamplesBuilder, structure_columns
+from .plans import OpenedSplit, Plan, opened_split
+from .tables import fixed_size_lists, sample_features
 
 # The settings that say "this is a Megatron run": the command line, and resolve()'s keywords
 # that a load of .bin/.idx pairs does not have. Any of them picks this builder.

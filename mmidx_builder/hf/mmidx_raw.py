@@ -13,7 +13,9 @@ from ..sources import provenance
 from ..storage.files import is_remote
 from ..errors import ParameterError
 from ..sources.raw import RawFiles, check_n_bytes
-from .common import GPTConfig, GPTSamplesBuilder, Plan, opened_samples, ranged
+from .data_files import ranged
+from .gpt_samples import GPTConfig, GPTSamplesBuilder, opened_samples
+from .plans import Plan
 
 # Files with these names among the data files map files to labels (mmidx_raw_chunks).
 RAW_METADATA_FILES = ("metadata.csv", "metadata.jsonl")

@@ -20,7 +20,10 @@ from ..checks import check_int
 from ..dtypes import cast_tokens
 from ..sources.raw import RawFiles, diff_chunks, diff_samples, labels_for
 from ..megatron.sampling import DEFAULT_SEQ_LENGTH
-from .common import GPTSamplesBuilder, OpenedSplit, Plan, SamplesConfig, fixed_size_lists, ranged
+from .data_files import ranged
+from .gpt_samples import GPTSamplesBuilder, SamplesConfig
+from .plans import OpenedSplit, Plan
+from .tables import fixed_size_lists
 from .mmidx_raw import check_raw_settings, raw_data_files
 
 
@@ -32,7 +35,7 @@ class RawChunksConfig(SamplesConfig):
         n_bytes (`int`): bytes per token, 1-4.
         seq_length (`int`, defaults to 2048): tokens per row.
         style (`str`, defaults to "diff"): only "diff" here ("concat" is mmidx_raw).
-        dtype, read_ahead_bytes: see :class:`~mmidx_builder.hf.common.SamplesConfig`.
+        dtype, read_ahead_bytes: see :class:`~mmidx_builder.hf.gpt_samples.SamplesConfig`.
     """
 
     n_bytes: int | None = None

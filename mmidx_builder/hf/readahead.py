@@ -1,6 +1,6 @@
 """One gather for several small shards, when a stream asks for them one at a time.
 
-A split is cut into up to 960 shards (``common.DEFAULT_NUM_SHARDS``) so that ranks and workers
+A split is cut into up to 960 shards (``base_builder.DEFAULT_NUM_SHARDS``) so that ranks and workers
 get whole shards; on a small corpus a shard is a few dozen rows (100M tokens at seq_length
 2048: 51 rows). Streaming asks the builder for one shard per call, and a gather per shard pays
 its fixed costs (index lookups, the bounds check, a table, a trip through ``datasets``) every

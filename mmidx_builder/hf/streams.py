@@ -15,7 +15,8 @@ from typing import Iterable, Iterator
 import pyarrow as pa
 
 from . import registry
-from .common import BaseBuilder, Plan
+from .base_builder import BaseBuilder
+from .plans import Plan
 
 
 @dataclass(frozen=True)

@@ -406,7 +406,7 @@ def render_card(directory: str | os.PathLike, settings: CardSettings | None = No
     from datasets.utils.metadata import MetadataConfigs
     from huggingface_hub import DatasetCard, DatasetCardData
 
-    from ..hf.common import sample_features
+    from ..hf.tables import sample_features
 
     directory = Path(directory)
     readme = directory / README_NAME

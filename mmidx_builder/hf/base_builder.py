@@ -1,0 +1,228 @@
+"""BaseConfig and BaseBuilder: what every kind of builder shares.
+
+Every kind: num_shards, validation on every setattr path, a cache hash that covers this
+package's source and the data files' identity (both files of a pair), the dataset card's
+sha256 of every file read (all_checks), provenance, splits cut into contiguous shard ranges,
+tables made one ahead in a thread, one gather for consecutive small shards. A kind subclasses
+BaseBuilder (or gpt_samples.GPTSamplesBuilder) and says how a split's files become a plan
+(``_plan``) and how a plan is opened (``open_plan``); it never branches on another kind.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from dataclasses import dataclass
+from typing import Iterator
+
+import datasets
+import numpy as np
+import pyarrow as pa
+
+from ..sources import provenance
+from ..storage.files import file_identity
+from ..checks import check_bool, check_int
+from ..errors import ParameterError
+from ..storage.remote import RemoteAccess
+from . import registry
+from .card_checksums import verify_against_card
+from .data_files import identity_paths, split_files
+from .plans import OpenedSplit, Plan, opened_split
+from .registry import record_checksums
+from .tables import ROWS_PER_TABLE, joined_batches, one_ahead, shard_ranges
+
+logger = datasets.utils.logging.get_logger(__name__)
+
+# Default shard count: a split is cut into this many ranges of its training order (fewer
+# if it has fewer rows). 960 = 2**6 * 3 * 5 divides by the usual world sizes (1-6, 8, 10,
+# 12, 16, 32, 64...), so split_dataset_by_node reads whole shards instead of every rank
+# reading everything.
+DEFAULT_NUM_SHARDS = 960
+INDEX_CACHE_FOLDER = "mmidx_indices"
+
+
+@dataclass
+class BaseConfig(datasets.BuilderConfig):
+    """Settings every kind has.
+
+    Args:
+        num_shards (`int`, optional): contiguous ranges of each split's rows; defaults to
+            ``min(960, rows)``.
+        features (`Features`, optional): overrides the inferred features.
+        remote_cache_dir (`str`, optional): a local block cache for remote token files
+            (docs/remote.md); none by default.
+        max_remote_cache_bytes (`int`, optional): the block cache's size bound, 16 GiB by default.
+    """
+
+    num_shards: int | None = None
+    features: datasets.Features | None = None
+    remote_cache_dir: str | None = None
+    max_remote_cache_bytes: int | None = None
+
+    def __post_init__(self):
+        super().__post_init__()
+        self.validate()
+
+    def validate(self) -> None:
+        """Raises ParameterError for a setting that cannot work. Also called by the builder:
+        ``load_dataset`` sets call kwargs on a copied config with setattr, past __post_init__."""
+        check_int("num_shards", self.num_shards, 1, allow_none=True)
+        check_int("max_remote_cache_bytes", self.max_remote_cache_bytes, 1, allow_none=True)
+        # A card's YAML can give any type: "no" is a true string, and 'no' a string.
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.type == "bool":
+                check_bool(f.name, value)
+        if self.features is not None and not isinstance(self.features, datasets.Features):
+            raise ParameterError(f"features must be datasets.Features, got {self.features!r} "
+                                 f"({type(self.features).__name__})")
+
+
+class BaseBuilder(datasets.ArrowBasedBuilder):
+    """What every kind shares. A kind says how a split's files become a :class:`Plan`
+    (``_plan``: downloads, nothing opened) and how a plan is opened (``open_plan``); the base
+    does the rest once for all: the cache hash from the files' identity, the dataset card's
+    sha256 of every file read (``verification_mode="all_checks"``), the one cache of opened
+    splits, provenance, features, shards and tables."""
+
+    BUILDER_CONFIG_CLASS = BaseConfig
+
+    def _create_builder_config(self, *args, **kwargs):
+        builder_config, config_id = super()._create_builder_config(*args, **kwargs)
+        builder_config.validate()
+        # The cache hash: datasets keys local files by the .bin's mtime only, which misses a
+        # rewrite whose mtime was put back and any change to an .idx. Both files' identity
+        # (inode, size, mtime, ctime) and this package's source are folded in.
+        digest = hashlib.sha256(f"{self.hash}:{registry.package_source_hash()}".encode())
+        for path in self._identity_paths(builder_config):
+            digest.update(b"\0" + file_identity(path).encode())
+        self.hash = digest.hexdigest()[:16]
+        return builder_config, config_id
+
+    def _remote(self) -> RemoteAccess:
+        """How remote files are read (remote.py): datasets' storage options and token, the cache.
+        Made once per builder: a stream asks for it at every shard (960 times a pass), and
+        resolving the options of every protocol took ~15% of a local stream's time."""
+        if getattr(self, "_remote_access", None) is None:
+            self._remote_access = registry.remote_access(self, self.config.remote_cache_dir,
+                                                         self.config.max_remote_cache_bytes)
+        return self._remote_access
+
+    @staticmethod
+    def _identity_paths(config) -> list[str]:
+        return identity_paths([f for files in (config.data_files or {}).values() for f in files])
+
+    def download_and_prepare(self, *args, verification_mode=None, **kwargs):
+        mode = datasets.VerificationMode(verification_mode or datasets.VerificationMode.BASIC_CHECKS)
+        record_checksums(self, mode == datasets.VerificationMode.ALL_CHECKS)
+        return super().download_and_prepare(*args, verification_mode=verification_mode, **kwargs)
+
+    def _info(self):
+        return datasets.DatasetInfo(features=self.config.features)
+
+    def _set_features(self, features: list[datasets.Features]) -> None:
+        if self.config.features is not None:
+            self.info.features = self.config.features
+        elif self.info.features is None:
+            distinct = [f for i, f in enumerate(features) if f not in features[:i]]
+            if len(distinct) > 1:
+                raise ParameterError(f"splits would have different features {[str(f) for f in distinct]}: "
+                                     "their token dtypes (or class labels) differ; load them separately or "
+                                     "convert them with one tokenizer")
+            self.info.features = distinct[0]
+
+    # --- what a kind implements ----------------------------------------------------------
+
+    def _plan(self, split: str, files: list[str], dl_manager) -> Plan:
+        """The split's plan: its files downloaded (or their URLs, streaming), none opened."""
+        raise NotImplementedError
+
+    def _identity(self, files, **options) -> str:
+        """What a plan's files hold (their identities, .idx partners and sidecars included)
+        and which kind reads them with which of its own settings: keys the opened splits and
+        the sampling index cache."""
+        return "|".join([f"{type(self).__name__}{tuple(sorted(options.items()))}"]
+                        + [file_identity(p) for p in identity_paths(files)])
+
+    def _plans(self, dl_manager) -> list[Plan]:
+        return [self._plan(split, files, dl_manager) for split, files in split_files(self.config).items()]
+
+    @staticmethod
+    def open_plan(plan: Plan, opener) -> OpenedSplit:
+        """The plan's files opened through ``opener`` (``open``, which streaming patches)."""
+        raise NotImplementedError
+
+    def _order(self, plan: Plan) -> dict:
+        """The settings provenance records as deciding which row comes where."""
+        return {}
+
+    def _token_facts(self, plan: Plan, dl_manager) -> dict | None:
+        """Tokenizer and EOD id of the split's tokens, for provenance (None: unknown)."""
+        return None
+
+    # --- the same for every kind -----------------------------------------------------------
+
+    def _split_generators(self, dl_manager):
+        plans = self._plans(dl_manager)
+        # all_checks: the card's sha256 of every file downloaded, before any is opened.
+        verify_against_card(dl_manager, self.base_path)
+        generators, features = [], []
+        for plan in plans:
+            opened = opened_split(type(self).open_plan, plan, self._remote())
+            provenance.record_split(self.info, plan.split, kind=self.name, files=plan.files, rows=opened.num_rows,
+                                    settings=self._order(plan), source=opened.source,
+                                    sources=opened.sources,
+                                    facts=self._token_facts(plan, dl_manager))
+            features.append(opened.features)
+            generators.append(self._split_generator(plan.split, plan, opened.num_rows, f"{len(plan.files)} file(s)"))
+        self._set_features(features)
+        return generators
+
+    def _split_generator(self, split: str, plan, num_rows: int, what: str) -> datasets.SplitGenerator:
+        ranges = shard_ranges(num_rows, self.config.num_shards or DEFAULT_NUM_SHARDS)
+        logger.info(f"{split}: {what}, {num_rows:,} examples in {len(ranges)} shards")
+        return datasets.SplitGenerator(name=split, gen_kwargs={"plan": plan, "ranges": ranges})
+
+    def _generate_shards(self, plan, ranges: list[tuple[int, int]]):
+        for start, stop in ranges:
+            yield {"split": plan.split, "samples": (start, stop)}
+
+    def _generate_more_gen_kwargs(self, plan, ranges: list[tuple[int, int]]):
+        """For ``IterableDataset.reshard()``: each range splits in two."""
+        for start, stop in ranges:
+            middle = (start + stop) // 2
+            for part in ((start, middle), (middle, stop)):
+                if part[1] > part[0]:
+                    yield {"plan": plan, "ranges": [part]}
+
+    def _generate_tables(self, plan, ranges: list[tuple[int, int]]):
+        batches = [(datasets.builder.Key(shard, batch), np.arange(first, min(first + ROWS_PER_TABLE, stop)))
+                   for shard, (start, stop) in enumerate(ranges)
+                   for batch, first in enumerate(range(start, stop, ROWS_PER_TABLE))]
+        # One gather for consecutive tables of up to ROWS_PER_TABLE rows in all, cut back into
+        # the (shard, batch) tables datasets counts: 960 shards of a small corpus are a few dozen
+        # rows each, and a gather (and a thread hand-off) per shard would cost more than its rows.
+        for group, table in self._tables(plan, joined_batches(batches, ROWS_PER_TABLE)):
+            if len(group) == 1:
+                yield group[0][0], table
+                continue
+            offset = 0
+            for key, rows in group:
+                yield key, table.slice(offset, rows)
+                offset += rows
+
+    def _tables(self, plan: Plan, batches):
+        """``(key, table)`` for each ``(key, rows)`` of ``batches``, in order."""
+        return one_ahead(self._table_maker(plan), batches)
+
+    def _table_maker(self, plan: Plan):
+        """A function from row numbers (an int64 array) to the Arrow table of those rows."""
+        return opened_split(type(self).open_plan, plan, self._remote()).table
+
+    def row_tables(self, plan: Plan, range_batches) -> Iterator[pa.Table]:
+        """Arrow tables of the rows in each batch of ``(start, stop)`` ranges (positions in the
+        split's order) that ``range_batches`` yields, in order: how a reader that knows which
+        rows it needs reads them (hf/streams.py; one rank's micro-batches)."""
+        for ranges in range_batches:
+            for _, table in self._generate_tables(plan, list(ranges)):
+                yield table
