@@ -366,7 +366,7 @@ def _file_blend(tokens, path: str, what: str) -> list[str]:
         parse_data_path(tokens, what)
     except ParameterError:
         raise ParameterError(f"{what} {path}: does not hold Megatron's --data-path tokens (prefixes, or "
-                             "weight/prefix pairs, each prefix once)") from None
+                             "weight/prefix pairs)") from None
     return tokens if isinstance(tokens, str) else [str(t) for t in tokens]
 
 
