@@ -547,3 +547,23 @@ def test_the_untampered_states_load(data, sampler_class, torch, monkeypatch):
     assert fresh.consumed_samples == 2 * 2 * 2
     fresh.load_state_dict(workers)  # each worker handed out one micro-batch: 2 global batches
     assert fresh.consumed_samples == 2 * 2 * 2
+
+
+def test_split_dataset_by_node_on_a_stream_of_samples_warns_it_is_not_megatrons_order(data, sampler_class):
+    """datasets deals a split stream by shards or every n-th sample: disjoint and complete, so
+    nothing else says it is not MegatronPretrainingSampler's split; the stream says so."""
+    import warnings
+
+    from datasets.distributed import split_dataset_by_node
+
+    total = len(data["arrow"])
+    for world_size in (2, 3):  # 7 shards: every n-th sample for both
+        with pytest.warns(UserWarning, match=rf"split_dataset_by_node\(rank=1, world_size={world_size}\).*not "
+                                             r"Megatron's per-rank.*megatron_rank_stream"):
+            rows = list(split_dataset_by_node(data["stream"], rank=1, world_size=world_size))
+        assert positions_of(rows, data) == list(range(1, total, world_size))  # what datasets gives: round robin
+        megatron = megatron_order(sampler_class, total, 0, 2, 1, world_size)  # micro-batches of 2
+        assert positions_of(rows, data)[:len(megatron)] != megatron
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the whole stream: no warning
+        assert len(list(data["stream"])) == total
