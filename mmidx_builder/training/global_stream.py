@@ -80,18 +80,19 @@ class MegatronGlobalStream(MegatronRankStream):
 
     def _units(self, start: int, worker_id: int, num_workers: int, skip: int = 0):
         rows = self._unit_rows()
-        per_global = self.global_batch_size // rows
-        for unit in range(worker_id, self.num_micro_batches_from(start) * per_global, num_workers)[skip:]:
+        global_batches = (self.total_samples - start) // self.global_batch_size
+        units = range(worker_id, global_batches * (self.global_batch_size // rows), num_workers)[skip:]
+        dealing = self._dealing
+        if dealing is not None and dealing.kind == "shard":  # a global batch: this process's rows, placeholders
+            before = dealing.process_index * self.micro_batch_size
+            after = rows - before - self.micro_batch_size
+            for unit in units:
+                first = start + unit * rows + before
+                yield first, first + self.micro_batch_size, before, after
+            return
+        for unit in units:
             first = start + unit * rows
-            dealing = self._dealing
-            if dealing is not None and dealing.kind == "shard":
-                mine = first + dealing.process_index * self.micro_batch_size
-                yield mine, mine + self.micro_batch_size, mine - first, first + rows - mine - self.micro_batch_size
-            else:
-                yield first, first + rows, 0, 0
-
-    def num_micro_batches_from(self, start: int) -> int:
-        return (self.total_samples - start) // self.global_batch_size
+            yield first, first + rows, 0, 0
 
     # --- how accelerate deals ------------------------------------------------------------------
 

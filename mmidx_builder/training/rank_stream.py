@@ -39,13 +39,19 @@ token counts, a hash of their lengths and a split's sequence range, ``seq_length
 ``num_epochs``/``num_samples``, ``add_extra_token``, the row count), read from what the
 builder recorded in ``dataset.info`` (provenance.order_fingerprint, one function for every
 kind); a state of another dataset
-is refused with :class:`ParameterError` naming the setting that differs.
+is refused with :class:`ParameterError` naming the setting that differs, and so is a state
+whose counts or fingerprint are not whole (state.py checks every field).
 
 The count is kept by the process that iterates: exact in the main process with
 ``num_workers=0``. With workers, each worker's copy counts its own micro-batches, which is
 what torchdata's ``StatefulDataLoader`` snapshots: its ``state_dict()`` can be loaded back
 into the same loader, or given to ``load_state_dict`` of a new rank stream (any world size),
 which combines the workers' counts into the global one.
+
+Launchers. A rank stream is for a loop of one's own (torchrun). accelerate, and so the HF
+Trainer, deals a dataset's batches out to its processes itself (launchers.py): a rank stream
+handed to it on several processes would be split a second time, so it refuses (``set_epoch``,
+which accelerate calls first, finds out); global_stream.py is what to hand it instead.
 """
 
 from __future__ import annotations
