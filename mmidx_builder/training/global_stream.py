@@ -71,8 +71,10 @@ class MegatronGlobalStream(MegatronRankStream):
 
     def _unit_rows(self) -> int:
         dealing = self._dealing
-        if dealing is None or dealing.kind == "dispatch":
-            return dealing.loader_batch_size if dealing is not None else self.micro_batch_size
+        if dealing is None:
+            return self.micro_batch_size
+        if dealing.kind == "dispatch":
+            return dealing.loader_batch_size  # M, or N * M with split_batches (checked in _dealt)
         return self.global_batch_size  # shard: a whole global batch, mostly placeholders
 
     def _unit_samples(self) -> int:
@@ -102,14 +104,15 @@ class MegatronGlobalStream(MegatronRankStream):
                 f"megatron_global_stream(world_size={self.world_size}) is dealt out by accelerate over "
                 f"{dealing.num_processes} processes: make it with world_size={dealing.num_processes} (with the HF "
                 "Trainer, TrainingArguments.world_size; with accelerate, accelerator.num_processes)")
-        if dealing.process_rows is not None and dealing.process_rows != self.micro_batch_size:
+        if dealing.process_rows != self.micro_batch_size:
             wanted = self.micro_batch_size * (dealing.num_processes if dealing.split_batches else 1)
+            other = "" if dealing.process_rows is None else \
+                f", or make the stream with micro_batch_size={dealing.process_rows}"
             raise ParameterError(
                 f"accelerate gives each process {dealing.process_rows} rows per step from a loader of "
                 f"batch_size={dealing.loader_batch_size}, but the stream's micro_batch_size is "
                 f"{self.micro_batch_size}: use batch_size={wanted} (with the HF Trainer, "
-                f"per_device_train_batch_size={self.micro_batch_size}), or make the stream with "
-                f"micro_batch_size={dealing.process_rows}")
+                f"per_device_train_batch_size={self.micro_batch_size}){other}")
         self._dealing = dealing
 
     def _begin(self, dealing: launchers.Dealing | None, batch_size: int | None, num_workers: int) -> bool:

@@ -155,9 +155,6 @@ class MegatronRankStream(torch.utils.data.IterableDataset):
             first = start + g * self.global_batch_size + self.rank * self.micro_batch_size
             yield first, first + self.micro_batch_size, 0, 0
 
-    def _num_units(self, start: int) -> int:
-        return (self.total_samples - start) // self.global_batch_size
-
     def set_epoch(self, epoch: int) -> None:
         """What accelerate calls before each pass (the HF Trainer through it). The order does
         not depend on the epoch (Megatron's depends on ``consumed_samples`` only); the call
