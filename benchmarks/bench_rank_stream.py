@@ -15,6 +15,10 @@ number of samples copied into a preallocated batch):
   whole stream, keep 1 of W              what a rank pays when it reads every sample and keeps
                                          its own (split_dataset_by_node when the shard count
                                          does not divide by the world size)
+  global stream, accelerate shard        megatron_global_stream as accelerate's IterableDatasetShard
+                                         reads it on process 0 (dispatch_batches=False): the
+                                         other ranks' rows are placeholders, never gathered
+                                         (needs accelerate)
 """
 
 from __future__ import annotations
@@ -82,6 +86,22 @@ def main() -> None:
         seconds = best_of(2, lambda: drain(generic(view)))
         rows.append((f"rank stream, generic stream, {name} rows", seconds,
                      f"gathers all {ranked.total_samples:,} samples"))
+    try:
+        from accelerate.data_loader import IterableDatasetShard
+    except ImportError:
+        IterableDatasetShard = None
+    if IterableDatasetShard is not None:
+        from mmidx_builder import megatron_global_stream
+
+        def shard():
+            dealt = IterableDatasetShard(megatron_global_stream(stream.with_format("arrow"), args.world_size,
+                                                                MICRO_BATCH), batch_size=MICRO_BATCH,
+                                         num_processes=args.world_size, process_index=0)
+            dealt.set_epoch(0)
+            return dealt
+
+        seconds = best_of(2, lambda: drain(shard()))
+        rows.append(("global stream, accelerate shard, arrow rows", seconds, f"gathers {mine:,} samples"))
     whole = best_of(2, lambda: drain(itertools.islice(stream.with_format("arrow").iter(1000), None)))
     rows.append((f"whole stream as arrow, keep 1 of {args.world_size}", whole,
                  f"gathers all {ranked.total_samples:,} samples"))

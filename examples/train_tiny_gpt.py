@@ -8,7 +8,9 @@ What it does, top to bottom:
 2. streams it with `load_dataset(..., streaming=True)`: Megatron's packed samples of
    seq_length + 1 tokens, in Megatron's order;
 3. `megatron_rank_stream` gives this rank its micro-batches in the order of Megatron-LM's
-   MegatronPretrainingSampler (any number of DataLoader workers);
+   MegatronPretrainingSampler (any number of DataLoader workers; under torchrun each process
+   reads its own rank's; with accelerate or the HF Trainer use megatron_global_stream instead,
+   docs/training.md);
 4. `MegatronCollator` turns rows into megatron-core GPTDataset batches: tokens, labels,
    loss_mask, position_ids restarting after each EOD, and an attention mask that keeps
    documents apart (Megatron's --reset-position-ids --reset-attention-mask --eod-mask-loss);
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -99,8 +102,11 @@ def main(argv=None) -> None:
     parser.add_argument("--workers", type=int, default=2, help="DataLoader workers")
     parser.add_argument("--micro-batch-size", type=int, default=4)
     parser.add_argument("--seq-length", type=int, default=64)
-    parser.add_argument("--world-size", type=int, default=1, help="data-parallel ranks (this process is --rank)")
-    parser.add_argument("--rank", type=int, default=0)
+    # Under torchrun (or any launcher that sets them) the rank and world size come from it.
+    parser.add_argument("--world-size", type=int, default=int(os.environ.get("WORLD_SIZE", 1)),
+                        help="data-parallel ranks (this process is --rank); default: $WORLD_SIZE or 1")
+    parser.add_argument("--rank", type=int, default=int(os.environ.get("RANK", 0)),
+                        help="default: $RANK (torchrun sets it) or 0")
     parser.add_argument("--workdir", help="where to write the corpus (default: a temporary folder)")
     args = parser.parse_args(argv)
     torch.manual_seed(1234)

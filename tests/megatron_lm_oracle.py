@@ -10,7 +10,8 @@ REQUEST.json: ``{"cases": [{"name", "argv": [...], "consumed": C or null, "micro
 For each case, in order, the rank does what ``pretrain_gpt.py`` does before its first step
 (``shared/oracles/megatron-lm/README.md``): ``parse_args`` on the argv, ``validate_args``
 with pretrain_gpt's defaults, ``set_global_variables(build_tokenizer=False)``, the model
-parallel groups, ``args.consumed_train_samples = C`` (as a checkpoint load sets it),
+parallel groups, ``args.iteration = 0`` (what ``setup_model_and_optimizer`` sets without a
+checkpoint), ``args.consumed_train_samples = C`` (as a checkpoint load sets it),
 ``update_train_iters`` when ``--train-samples`` is given, ``get_train_valid_test_num_samples``,
 ``pretrain_gpt.train_valid_test_datasets_provider`` and ``build_pretraining_data_loader`` per
 split (train at C, validation and test at 0, as ``build_train_valid_test_data_loaders`` does
@@ -57,6 +58,7 @@ def run_case(case, rank):
     args.num_workers = 0
     global_vars.set_global_variables(args, build_tokenizer=False)
     mpu.initialize_model_parallel()
+    args.iteration = 0  # setup_model_and_optimizer without a checkpoint; --phase-transition-iterations reads it
     if case.get("consumed") is not None:
         args.consumed_train_samples = case["consumed"]
     if args.train_samples:

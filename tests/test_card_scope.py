@@ -299,8 +299,8 @@ def test_a_relative_folder_with_relative_prefixes_is_joined_once(tmp_path, monke
 @pytest.mark.parametrize("content, said", [
     ("[[[[" * 50_000, "nested too deeply"), ("[1, 2]", "found (a )?list"),
     ('{"train": {"a": 1}, "valid": null, "test": null}', "found a dict"),
-    ('{"train": [0.3, "a_text_document", 0.7, "a_text_document"], "valid": null, "test": null}',
-     "does not hold Megatron's --data-path tokens"),
+    ('{"train": [0.3, "a_text_document", "x", "b_text_document"], "valid": null, "test": null}',
+     "does not hold Megatron's --data-path tokens"),  # "x" where a weight should be
 ])
 def test_a_bad_per_split_file_is_one_parameter_error(tmp_path, content, said):
     (tmp_path / "per_split.json").write_text(content)

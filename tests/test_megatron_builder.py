@@ -105,6 +105,25 @@ def test_a_blend_and_split_string_in_one_call_equal_megatron_core(folder, tmp_pa
         assert np.asarray(ours["dataset_id"]).tolist() == ids and np.asarray(ours["dataset_id"]).dtype == np.int16
 
 
+@pytest.mark.parametrize("weighted", [True, False])
+def test_a_prefix_listed_twice_is_two_datasets_as_megatron_core_builds_it(folder, tmp_path, weighted):
+    """``0.3 A 0.7 A 1 B`` and ``A A B``: megatron-core 0.19.2 builds one dataset per entry (the
+    same files, each its own dataset_id and weighted size); so do we."""
+    a, b = (str(folder / "data" / f"{n}_text_document") for n in "ab")
+    data_path = ["0.3", a, "0.7", a, "1", b] if weighted else [a, a, b]
+    sizes = {"train": 700, "validation": 90, "test": 30}
+    dd = load_dataset("mmidx", data_path=data_path, split_ratios="90,7,3", num_samples=sizes, seq_length=32, seed=77,
+                      cache_dir=str(tmp_path / "hf"))
+    theirs = megatron_splits(([a, a, b], [0.3, 0.7, 1.0] if weighted else None), "90,7,3",
+                             [sizes[s] for s in SPLITS], 32, 77, tmp_path / "megatron")
+    for index, name in enumerate(SPLITS):
+        ours = dd[name].with_format("numpy")
+        expected, ids = their_rows(theirs[index], len(ours))
+        np.testing.assert_array_equal(np.asarray(ours["input_ids"]), expected)
+        assert np.asarray(ours["dataset_id"]).tolist() == ids
+        assert set(ids) == {0, 1, 2}  # both entries of the prefix are drawn from
+
+
 def test_megatron_args_give_megatrons_sizes_and_streams(folder, tmp_path):
     prefixes = [str(folder / "data" / f"{n}_text_document") for n in "ab"]
     command = (f"--data-path 0.3 {prefixes[0]} 0.7 {prefixes[1]} --split 969,30,1 --seq-length 24 --seed 1234 "

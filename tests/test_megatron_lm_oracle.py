@@ -133,6 +133,29 @@ CASES = {  # name -> (command line with {corpus} fields, versions, consumed trai
                                "--dataloader-inter-document-masking --reset-position-ids --eod-mask-loss "
                                "--eval-micro-batch-size 1 --eval-global-batch-size 2", ("core_v0.19",), None),
 }
+CASES.update({
+    # a prefix listed twice is two datasets of the blend (megatron-core 0.19.2 builds it)
+    "prefix_twice_weighted": ("--data-path 0.3 {web} 0.7 {web} 1 {books} --split 90,7,3 --seq-length 24 "
+                              "--micro-batch-size 2 --global-batch-size 8 --train-iters 20 --eval-interval 10 "
+                              "--eval-iters 2", BOTH, None),
+    "prefix_twice": ("--data-path {web} {web} {books} --split 90,7,3 --seq-length 24 --micro-batch-size 2 "
+                     "--global-batch-size 8 --train-iters 20 --eval-interval 10 --eval-iters 2", BOTH, None),
+    # no --global-batch-size: Megatron-LM takes --micro-batch-size x the data-parallel size (WORLD_SIZE
+    # 2 here; CASE_ENV gives our side the same)
+    "derived_global_batch": ("--data-path {web} --split 99,1,0 --seq-length 32 --micro-batch-size 2 --train-iters 20 "
+                             "--eval-interval 10 --eval-iters 2", BOTH, None),
+})
+CASE_ENV = {"derived_global_batch": {"WORLD_SIZE": str(WORLD_SIZE)}}
+# Command lines Megatron-LM accepts with samples we do not build: refused here, naming the flag.
+# name -> (command line, versions, what the refusal names, Megatron-LM's get_train_valid_test_num_samples)
+REFUSED_HERE = {
+    # the issue's: the train split sized by the first phase (5 iterations x 8), validation by all 50
+    # iterations; ignoring the flag would build 400 train samples
+    "phase_transitions": ("--data-path {web} --split 99,1,0 --seq-length 32 --micro-batch-size 2 "
+                          "--global-batch-size 8 --train-samples 400 --eval-iters 2 --eval-interval 10 "
+                          "--phase-transition-iterations 5,20", BOTH, "--phase-transition-iterations is not supported",
+                          [40, 96, 16]),
+}
 # Command lines Megatron-LM refuses (or hangs on): ours must refuse them too.
 REFUSED = {
     # examples/gpt3 as written at each tag: a ramp-up with --train-iters (core_v0.16.1 asserts) and a
@@ -248,7 +271,7 @@ def megatron_lm(corpora, tmp_path_factory):
         except pytest.skip.Exception as skipped:  # the other version may still run
             missing[version] = str(skipped)
     jobs = {version: [] for version in oracles}
-    for table in (CASES, REFUSED):
+    for table in (CASES, REFUSED, REFUSED_HERE):
         for name, (template, versions, *rest) in table.items():
             consumed = rest[0] if table is CASES else None
             for version in set(versions) & set(jobs):
@@ -258,7 +281,7 @@ def megatron_lm(corpora, tmp_path_factory):
     for version in jobs:  # a hang holds its ranks until the deadline: last, so nothing waits behind it
         jobs[version].sort(key=lambda case: case["name"] == "empty_split_hangs")
     results = {(version, name): {"skip": why} for version, why in missing.items()
-               for table in (CASES, REFUSED) for name in table}
+               for table in (CASES, REFUSED, REFUSED_HERE) for name in table}
     if jobs:
         with concurrent.futures.ThreadPoolExecutor(len(jobs)) as pool:
             futures = {version: pool.submit(run_megatron_lm, *oracles[version], cases, cache / f"out-{version}")
@@ -364,8 +387,10 @@ CASE_PARAMS = [pytest.param(name, version, *MODES[mode], id=f"{name}-{version}-{
 
 @pytest.mark.parametrize("name, version, streaming, workers", CASE_PARAMS)
 def test_rank_micro_batches_are_megatron_lms(megatron_lm, corpora, name, version, streaming, workers, torch,
-                                             tmp_path_factory):
+                                             tmp_path_factory, monkeypatch):
     template, _, consumed = CASES[name]
+    for key, value in CASE_ENV.get(name, {}).items():
+        monkeypatch.setenv(key, value)
     result = _result(megatron_lm, version, name)
     assert "ranks" in result, f"Megatron-LM {version} did not run {name}: {result}"
     command = _command(template, corpora)
@@ -398,6 +423,21 @@ def test_what_megatron_lm_refuses_or_hangs_on_is_refused(megatron_lm, corpora, n
         assert result.get("hang"), f"Megatron-LM was expected to hang (GPTDataset._get_num_epochs): {result}"
     else:
         assert "error" in result, f"Megatron-LM {version} accepted {name}"
+    with pytest.raises(ParameterError, match=message):
+        load_dataset("mmidx", megatron_args=_command(template, corpora), megatron_version=version,
+                     cache_dir=str(tmp_path))
+
+
+@pytest.mark.parametrize("name, version", [pytest.param(name, version, id=f"{name}-{version}")
+                                           for name, (_, versions, *_) in REFUSED_HERE.items() for version in versions])
+def test_what_changes_megatron_lms_samples_and_is_not_followed_is_refused_by_name(megatron_lm, corpora, name, version,
+                                                                                  tmp_path):
+    from datasets import load_dataset
+
+    template, _, message, sizes = REFUSED_HERE[name]
+    result = _result(megatron_lm, version, name)
+    assert "ranks" in result, f"Megatron-LM {version} did not run {name}: {result}"
+    assert result["ranks"][0]["meta"]["sizes"] == sizes  # what the flag changes: not what ignoring it builds
     with pytest.raises(ParameterError, match=message):
         load_dataset("mmidx", megatron_args=_command(template, corpora), megatron_version=version,
                      cache_dir=str(tmp_path))

@@ -145,7 +145,8 @@ def test_split_strings_parse_and_cut_as_megatron_core(megatron):
 def test_data_path_parses_as_megatron_core(megatron):
     from megatron.core.datasets.utils import get_blend_from_list, normalize
 
-    for tokens in (["A"], ["A", "B", "C"], ["0.3", "A", "0.7", "B"], ["30", "A", "70", "B", "1", "C"], ["1", "A"]):
+    for tokens in (["A"], ["A", "B", "C"], ["0.3", "A", "0.7", "B"], ["30", "A", "70", "B", "1", "C"], ["1", "A"],
+                   ["0.3", "A", "0.7", "A", "1", "B"], ["A", "A", "B"]):  # a prefix twice: two datasets
         prefixes, weights = get_blend_from_list(tokens)
         ours = mplan.parse_data_path(tokens)
         assert list(ours.prefixes) == prefixes
@@ -158,7 +159,6 @@ def test_data_path_parses_as_megatron_core(megatron):
     (["-1", "A", "2", "B"], "finite and >= 0"),
     (["0", "A", "0", "B"], "every weight is 0"),
     (["nan", "A", "1", "B"], "finite"),
-    (["A", "A"], "listed twice"),
     (["0.3", "A", "B", "C"], "stands where a weight should be"),
     ([], "empty"),
     (["0", "A", "1", "B"], "weight 0"),

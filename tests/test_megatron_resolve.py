@@ -170,3 +170,39 @@ def test_no_argument_of_megatron_lm_is_taken_for_a_typo(version, tmp_path):
             resolve(f"{RUN} {option}{value}", megatron_version=version)
         except ParameterError as error:
             assert "did you mean" not in str(error), option
+
+
+NO_BATCH = "--data-path 0.4 A 0.6 B --split 90,8,2 --seq-length 16 --train-iters 10 --eval-interval 5 --eval-iters 1"
+
+
+def test_without_global_batch_size_it_is_derived_from_the_launchers_world_size(monkeypatch):
+    """Megatron-LM's validate_args: --micro-batch-size x WORLD_SIZE / (tensor x pipeline x context
+    parallel sizes); test_megatron_lm_oracle.py's derived_global_batch case runs Megatron-LM on it."""
+    monkeypatch.setenv("WORLD_SIZE", "8")
+    settings = resolve(f"{NO_BATCH} --micro-batch-size 3 --tensor-model-parallel-size 2 "
+                       "--pipeline-model-parallel-size 2").settings
+    assert settings["num_samples"] == {"train": 10 * 3 * 2, "validation": (10 // 5 + 1) * 1 * 6, "test": 1 * 6}
+    assert resolve(f"{NO_BATCH} --micro-batch-size 3 --global-batch-size 12").settings["num_samples"]["train"] == 120
+    monkeypatch.setenv("WORLD_SIZE", "6")
+    with pytest.raises(ParameterError, match="WORLD_SIZE=6 is not divisible by the model-parallel size 4"):
+        resolve(f"{NO_BATCH} --micro-batch-size 3 --tensor-model-parallel-size 4").settings
+
+
+@pytest.mark.parametrize("extra, world, why", [
+    ("--micro-batch-size 2", None, "the world size is not known here"),
+    ("", "2", "--micro-batch-size is not given either"),
+    ("--micro-batch-size 2", "two", "WORLD_SIZE is 'two'"),
+])
+def test_without_global_batch_size_or_a_world_size_the_refusal_names_what_gives_it(extra, world, why, monkeypatch):
+    if world is None:
+        monkeypatch.delenv("WORLD_SIZE", raising=False)
+    else:
+        monkeypatch.setenv("WORLD_SIZE", world)
+    with pytest.raises(ParameterError, match=f"--global-batch-size is not given.*{why}.*give --global-batch-size"):
+        resolve(f"{NO_BATCH} {extra}").settings
+
+
+def test_an_argument_read_nowhere_is_named_as_ignored_not_as_unknown_to_megatron():
+    with pytest.warns(UserWarning, match=r"ignored, not read here: some-new-flag; the samples equal Megatron-LM's "
+                                         r"only if these arguments do not change them"):
+        resolve(f"{RUN} --some-new-flag 3")

@@ -455,3 +455,115 @@ def test_every_kind_records_the_fingerprint_of_its_sources(tmp_path, torch):
         parts = fingerprint.get("sources") or [fingerprint]
         assert all({"num_sequences", "num_tokens", "lengths_sha256"} <= set(part) for part in parts), kind
     assert len(megatron_rank_stream(streams["megatron"], 0, 1, 1).fingerprint["sources"]) == 2
+
+
+# --- tampered or damaged resume states: every field checked (training/state.py) ---------------------
+
+def _states(data, torch, monkeypatch):
+    """A global state and the two worker states of a rank stream read with 2 workers."""
+    import copy
+
+    from mmidx_builder import megatron_rank_stream
+
+    ranked = megatron_rank_stream(data["stream"], 0, 2, 2)
+    list(itertools.islice(iter(ranked), 4))
+    workers = []
+    for w in range(2):
+        monkeypatch.setattr(torch.utils.data, "get_worker_info", lambda w=w: FakeWorker(w, 2))
+        copy_ = copy.copy(ranked)
+        list(itertools.islice(iter(copy_), 2))
+        workers.append(copy_.state_dict())
+    monkeypatch.undo()
+    return ranked.state_dict(), workers
+
+
+def _worker_field(name, value):
+    def edit(state, workers):
+        workers[0]["worker"][name] = value
+        return workers
+    return edit
+
+
+def _field(name, value):
+    def edit(state, workers):
+        state[name] = value
+        return state
+    return edit
+
+
+def _fingerprint_without(key):
+    def edit(state, workers):
+        del state["fingerprint"][key]
+        return state
+    return edit
+
+
+TAMPERED = {  # the issue's cases, and the other fields' equivalents: (edit, what the message names)
+    "worker micro_batches negative": (_worker_field("micro_batches", -3), r"worker\.micro_batches is -3"),
+    "worker iteration_start negative": (_worker_field("iteration_start", -40), r"worker\.iteration_start is -40"),
+    "worker micro_batches a float": (_worker_field("micro_batches", 1.5), r"worker\.micro_batches is 1\.5"),
+    "worker micro_batches past the dataset": (_worker_field("micro_batches", 10**6), r"worker 0 of 2 has \d+ batches"),
+    "worker id past the workers": (_worker_field("id", 2), r"worker\.id is 2.*of 2 workers"),
+    "worker num_workers zero": (_worker_field("num_workers", 0), r"worker\.num_workers is 0"),
+    "worker a string": (lambda s, w: [{**w[0], "worker": "0"}, w[1]], r"worker is '0', expected a mapping"),
+    "world_size zero": (_field("world_size", 0), r"world_size is 0, expected a whole number of at least 1"),
+    "micro_batch_size a string": (_field("micro_batch_size", "2"), r"micro_batch_size is '2'"),
+    "consumed_samples a float": (_field("consumed_samples", 4.0), r"consumed_samples is 4\.0"),
+    "consumed_samples None without a worker": (_field("consumed_samples", None), r"consumed_samples is None"),
+    "consumed_samples a bool": (_field("consumed_samples", True), r"consumed_samples is True"),
+    "version a bool": (_field("version", True), r"version is True, expected 1"),
+    "fingerprint empty": (_field("fingerprint", {}), r"fingerprint lacks .*rows"),
+    "fingerprint a string": (_field("fingerprint", "abc"), r"fingerprint is 'abc', expected a mapping"),
+    "fingerprint removed": (lambda s, w: {k: v for k, v in s.items() if k != "fingerprint"},
+                            r"fingerprint is None, expected a mapping"),
+    "fingerprint without its row count": (_fingerprint_without("rows"), r"fingerprint lacks rows \(this dataset's: "
+                                                                         r"rows=\d+\)"),
+}
+
+
+@pytest.mark.parametrize("case", list(TAMPERED))
+def test_a_tampered_state_is_refused_naming_the_field(case, data, torch, monkeypatch):
+    import copy
+
+    from mmidx_builder import megatron_rank_stream
+
+    state, workers = _states(data, torch, monkeypatch)
+    edit, message = TAMPERED[case]
+    tampered = edit(copy.deepcopy(state), copy.deepcopy(workers))
+    for source in ("arrow", "stream"):
+        fresh = megatron_rank_stream(data[source], 1, 3, 1)
+        with pytest.raises(ParameterError, match=message):
+            fresh.load_state_dict(tampered)
+        assert fresh.consumed_samples == 0  # nothing half-loaded
+
+
+def test_the_untampered_states_load(data, sampler_class, torch, monkeypatch):
+    """The control of the test above: the same states, unedited, load to the right count."""
+    from mmidx_builder import megatron_rank_stream
+
+    state, workers = _states(data, torch, monkeypatch)
+    fresh = megatron_rank_stream(data["arrow"], 1, 3, 1)
+    fresh.load_state_dict(state)
+    assert fresh.consumed_samples == 2 * 2 * 2
+    fresh.load_state_dict(workers)  # each worker handed out one micro-batch: 2 global batches
+    assert fresh.consumed_samples == 2 * 2 * 2
+
+
+def test_split_dataset_by_node_on_a_stream_of_samples_warns_it_is_not_megatrons_order(data, sampler_class):
+    """datasets deals a split stream by shards or every n-th sample: disjoint and complete, so
+    nothing else says it is not MegatronPretrainingSampler's split; the stream says so."""
+    import warnings
+
+    from datasets.distributed import split_dataset_by_node
+
+    total = len(data["arrow"])
+    for world_size in (2, 3):  # 7 shards: every n-th sample for both
+        with pytest.warns(UserWarning, match=rf"split_dataset_by_node\(rank=1, world_size={world_size}\).*not "
+                                             r"Megatron's per-rank.*megatron_rank_stream"):
+            rows = list(split_dataset_by_node(data["stream"], rank=1, world_size=world_size))
+        assert positions_of(rows, data) == list(range(1, total, world_size))  # what datasets gives: round robin
+        megatron = megatron_order(sampler_class, total, 0, 2, 1, world_size)  # micro-batches of 2
+        assert positions_of(rows, data)[:len(megatron)] != megatron
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the whole stream: no warning
+        assert len(list(data["stream"])) == total

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import os
+import warnings
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -20,6 +21,7 @@ from ..dtypes import cast_tokens, integer_dtype
 from .base_builder import DEFAULT_NUM_SHARDS, INDEX_CACHE_FOLDER, BaseBuilder, BaseConfig
 from .plans import OpenedSplit, Plan, opened_split
 from .readahead import ReadAhead
+from . import registry
 from .registry import cache_root
 from .tables import fixed_size_lists, one_ahead, sample_features
 
@@ -201,6 +203,20 @@ class GPTSamplesBuilder(BaseBuilder):
 
     def _order(self, plan: Plan) -> dict:
         return dict(plan["sampling"])
+
+    def _generate_tables(self, plan, ranges: list[tuple[int, int]]):
+        # A stream of samples is in Megatron's training order; datasets' split_dataset_by_node
+        # deals it out by whole shards or every n-th sample, which is not Megatron's per-rank
+        # order (and is disjoint and complete, so nothing else would tell).
+        split = registry.node_split_of_caller()
+        if split is not None:
+            rank, world_size, strategy = split
+            warnings.warn(
+                f"split_dataset_by_node(rank={rank}, world_size={world_size}) gives this rank whole shards or every "
+                f"{world_size}-th sample of the stream (datasets' strategy {strategy!r}), not Megatron's per-rank "
+                "micro-batches (MegatronPretrainingSampler): for those pass the whole stream to megatron_rank_stream "
+                "(a loop of your own) or megatron_global_stream (accelerate, the Hugging Face Trainer)", stacklevel=2)
+        yield from super()._generate_tables(plan, ranges)
 
     def _tables(self, plan: Plan, batches):
         maker = self._table_maker(plan)

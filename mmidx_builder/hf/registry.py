@@ -352,6 +352,25 @@ def split_by_node(stream) -> bool:
     return getattr(stream, "_distributed", None) is not None
 
 
+def node_split_of_caller():
+    """``(rank, world_size, strategy)`` of the split_dataset_by_node stream whose iteration is
+    running this builder's table generator; None when there is none. datasets keeps the split
+    on the IterableDataset (``_distributed``) and tells the generator nothing; its ``__iter__``
+    (or ``_iter_pytorch`` in a DataLoader worker) is a frame up the stack, so it is found there."""
+    import datasets
+
+    frame = sys._getframe(1)
+    while frame is not None:
+        owner = frame.f_locals.get("self")
+        if isinstance(owner, datasets.IterableDataset):
+            distributed = getattr(owner, "_distributed", None)
+            if distributed is None:
+                return None
+            return distributed.rank, distributed.world_size, distributed.strategy
+        frame = frame.f_back
+    return None
+
+
 def format_type(stream) -> str | None:
     """The format ``with_format`` gave ``stream`` (None: Python objects)."""
     formatting = getattr(stream, "_formatting", None)

@@ -23,8 +23,10 @@ get_blend_and_blend_per_split``, ``pretrain_gpt.py:core_gpt_dataset_config_from_
 Where Megatron-LM versions differ (``--rampup-batch-size``, NullTokenizer's EOD, which options
 exist), ``megatron_version`` picks one (versions.py). Arguments that make Megatron-LM build
 another dataset (UNSUPPORTED) are refused, naming the flag; a flag that is a near miss of one
-read here (``--reset-postion-ids``) is refused as a typo; every other argument is ignored, and
-names not known as Megatron's are listed in a warning. A command line is parsed with argparse
+read here (``--reset-postion-ids``) is refused as a typo; every other argument is ignored: the
+ones known not to change the samples (IGNORED) silently, the others named in a warning.
+Without ``--global-batch-size``, Megatron-LM's default is derived where the launcher gives the
+world size (``WORLD_SIZE``, as Megatron-LM reads it), else refused naming what gives it. A command line is parsed with argparse
 because it is one (the library's own API takes plain keyword arguments).
 
 A new Megatron argument is one edit here: a row of ONE_TO_ONE when it sets one keyword, else
@@ -99,6 +101,12 @@ UNSUPPORTED = {
     "--sft": "Megatron-LM then builds SFTDataset (packed conversations), not GPTDataset",
     "--mock-data": "Megatron-LM then builds MockGPTDataset (generated tokens), reading no files",
     "--fim-data": "Megatron-LM then builds GPTFIMDataset (fill-in-the-middle rewrites of the samples)",
+    # get_train_valid_test_num_samples and build_train_valid_test_data_loaders (core_v0.16.1 and
+    # core_v0.19.0): the train split is built for the current phase only, and again at each transition.
+    "--phase-transition-iterations": "Megatron-LM then builds the train split for the phase the run is in (the "
+                                     "samples between two transitions, from the iteration it resumes at) and "
+                                     "builds it again, with other samples, at each transition; one dataset "
+                                     "cannot hold that order",
 }
 # Megatron arguments known not to change which samples come in which order (model, optimiser,
 # parallelism, checkpointing, logging): ignored without a warning.
@@ -196,7 +204,8 @@ class Resolution:
 
     @functools.cached_property
     def settings(self) -> dict:
-        given = _command_line_settings(self._command[1], self.megatron_version, self._opener) if self._command else {}
+        given = _command_line_settings(self._command[1], self.megatron_version, self._opener,
+                                       self._command[0]) if self._command else {}
         explicit = {k: v for k, v in self._explicit.items() if k in SETTINGS}
         if any(name in explicit for name in BLEND_SETTINGS):
             given = {k: v for k, v in given.items() if k not in BLEND_SETTINGS}  # a blend is replaced whole
@@ -255,8 +264,8 @@ def _check_command_line(tokens: list[str], args, rest: list[str], version: str) 
             raise ParameterError(f"megatron_args: {flag} is not a Megatron argument this reads; did you mean "
                                  f"{near[0]}?")
     if unknown:
-        warnings.warn(f"megatron_args: not known as Megatron data arguments, ignored: "
-                      f"{', '.join(flag[2:] for flag in unknown)}", stacklevel=4)
+        warnings.warn(f"megatron_args: ignored, not read here: {', '.join(flag[2:] for flag in unknown)}; the "
+                      "samples equal Megatron-LM's only if these arguments do not change them", stacklevel=4)
 
 
 def _command_line_flags(args, version: str) -> dict:
@@ -269,10 +278,12 @@ def _command_line_flags(args, version: str) -> dict:
     return flags
 
 
-def _command_line_settings(args, version: str, opener=None) -> dict:
+def _command_line_settings(args, version: str, opener=None, tokens=()) -> dict:
     """The samples' settings the command line gives (the module docstring), its argument files
     read through ``opener``."""
     args = argparse.Namespace(**vars(args))  # train_iters is worked out below; the caller's stays
+    if args.global_batch_size is None:
+        args.global_batch_size = _derived_global_batch_size(tokens)
     if args.seq_length is None:
         raise ParameterError("megatron_args: --seq-length is required")
     if args.data_path is not None and args.data_args_path is not None:
@@ -306,8 +317,6 @@ def _command_line_settings(args, version: str, opener=None) -> dict:
         train = args.train_iters * args.global_batch_size
     else:
         raise ParameterError("megatron_args: give --train-samples, or --train-iters with --global-batch-size")
-    if args.global_batch_size is None:
-        raise ParameterError("megatron_args: --global-batch-size is required (the evaluation sizes need it)")
     if args.train_iters is None and not args.skip_train and not args.full_validation:
         raise ParameterError("megatron_args: --train-iters is needed to count evaluation points")
     eval_iters = DEFAULT_EVAL_ITERS if args.eval_iters is None else args.eval_iters
@@ -323,6 +332,45 @@ def _command_line_settings(args, version: str, opener=None) -> dict:
         settings.pop("split_ratios", None)
         settings.update({k: v for k, v in per_split.items() if v is not None})
     return settings
+
+
+# The arguments validate_args derives the data-parallel size from (core_v0.16.1 and core_v0.19.0);
+# --tensor-parallel-num-weight-shards (core_v0.19) adds a factor, not followed here.
+PARALLEL_SIZES = ("--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size")
+
+
+def _derived_global_batch_size(tokens) -> int:
+    """Megatron-LM's ``validate_args`` without ``--global-batch-size``: ``--micro-batch-size``
+    times the data-parallel size, the world size (the launcher's ``WORLD_SIZE``, which
+    Megatron-LM reads) over the product of the model-parallel sizes."""
+    import os
+
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
+    for flag in ("--micro-batch-size", *PARALLEL_SIZES, "--tensor-parallel-num-weight-shards"):
+        parser.add_argument(flag, type=int)
+    try:
+        known, _ = parser.parse_known_args(list(tokens))
+    except argparse.ArgumentError as error:
+        raise ParameterError(f"megatron_args: {error}") from None
+    world = os.environ.get("WORLD_SIZE")
+    why = ("--micro-batch-size is not given either" if known.micro_batch_size is None
+           else "the world size is not known here (no WORLD_SIZE: not run under torchrun or another launcher)"
+           if world is None else "--tensor-parallel-num-weight-shards is not followed here"
+           if known.tensor_parallel_num_weight_shards is not None else None)
+    if why is None and not world.strip().isdigit():
+        why = f"WORLD_SIZE is {world!r}, not a whole number"
+    if why is not None:
+        raise ParameterError("megatron_args: --global-batch-size is not given; Megatron-LM then uses --micro-batch-size "
+                             "x the data-parallel size (WORLD_SIZE over the tensor, pipeline and context parallel "
+                             f"sizes), but {why}: give --global-batch-size")
+    model = 1
+    for flag in PARALLEL_SIZES:
+        model *= getattr(known, flag[2:].replace("-", "_")) or 1
+    world = int(world)
+    if model < 1 or world % model:
+        raise ParameterError(f"megatron_args: WORLD_SIZE={world} is not divisible by the model-parallel size {model} "
+                             "(Megatron-LM asserts it); give --global-batch-size")
+    return known.micro_batch_size * (world // model)
 
 
 def _eval_samples(args, eval_iters: int) -> int | None:
@@ -366,7 +414,7 @@ def _file_blend(tokens, path: str, what: str) -> list[str]:
         parse_data_path(tokens, what)
     except ParameterError:
         raise ParameterError(f"{what} {path}: does not hold Megatron's --data-path tokens (prefixes, or "
-                             "weight/prefix pairs, each prefix once)") from None
+                             "weight/prefix pairs)") from None
     return tokens if isinstance(tokens, str) else [str(t) for t in tokens]
 
 

@@ -78,7 +78,9 @@ def normalize(weights: Sequence[float]) -> list[float]:
 def parse_data_path(value, what: str = "data_path") -> Blend:
     """Megatron's ``get_blend_from_list``: an odd number of tokens, or tokens that are not all
     weight/prefix pairs, are prefixes; otherwise weight/prefix pairs. Weights must be finite
-    and positive (BlendedDataset asserts it) and not all zero; a prefix may appear once."""
+    and positive (BlendedDataset asserts it) and not all zero. A prefix listed twice is two
+    datasets of the blend, as megatron-core builds it (the same files, each its own
+    ``dataset_id`` and, when weighted, its own size)."""
     tokens = _as_tokens(value, what)
     if not tokens:
         raise ParameterError(f"{what} is empty: give at least one prefix")
@@ -93,14 +95,9 @@ def parse_data_path(value, what: str = "data_path") -> Blend:
             raise ParameterError(f"{what}: {bad!r} stands where a weight should be; give weight/prefix pairs "
                                  f"throughout or prefixes only, got {tokens}")
     prefixes = [p.strip() for p in prefixes]
-    seen = set()
     for prefix in prefixes:
         if _float(prefix) is not None and weights is None and len(tokens) > 1:
             raise ParameterError(f"{what}: {prefix!r} looks like a weight without its prefix (got {tokens})")
-        if prefix in seen:
-            raise ParameterError(f"{what}: prefix {prefix!r} is listed twice; list each dataset once "
-                                 "(give it a larger weight instead)")
-        seen.add(prefix)
     if weights is not None:
         for prefix, weight in zip(prefixes, weights):
             if not math.isfinite(weight) or weight < 0:

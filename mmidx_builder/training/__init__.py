@@ -7,6 +7,9 @@
     megatron_rank_stream   a dataset -> one data-parallel rank's rows in the order of
                            Megatron-LM's MegatronPretrainingSampler, for any DataLoader
                            num_workers, with elastic state_dict/load_state_dict (rank_stream.py)
+    megatron_global_stream every rank's rows in Megatron's global order, for accelerate and the
+                           HF Trainer, which deal each process its MegatronPretrainingSampler
+                           rows (global_stream.py; launchers.py: how accelerate deals)
     arrow_rows             a prepared Dataset whose DataLoader batches are Arrow tables, the
                            collator's cheapest input (prepared.py)
     numpy_batches          any dataset or stream -> batches as numpy in the stored dtype, for a
@@ -18,8 +21,8 @@ so ``import mmidx_builder`` works without it.
 
 from __future__ import annotations
 
-__all__ = ["ArrowRows", "FairseqCollater", "MegatronCollator", "MegatronRankStream", "arrow_rows", "megatron_rank_stream",
-           "numpy_batches"]
+__all__ = ["ArrowRows", "FairseqCollater", "MegatronCollator", "MegatronGlobalStream", "MegatronRankStream", "arrow_rows",
+           "megatron_global_stream", "megatron_rank_stream", "numpy_batches"]
 
 
 def __getattr__(name: str):
@@ -35,6 +38,10 @@ def __getattr__(name: str):
         from . import rank_stream
 
         return getattr(rank_stream, name)
+    if name in ("MegatronGlobalStream", "megatron_global_stream"):
+        from . import global_stream
+
+        return getattr(global_stream, name)
     if name == "numpy_batches":
         from .as_numpy import numpy_batches
 

@@ -39,13 +39,19 @@ token counts, a hash of their lengths and a split's sequence range, ``seq_length
 ``num_epochs``/``num_samples``, ``add_extra_token``, the row count), read from what the
 builder recorded in ``dataset.info`` (provenance.order_fingerprint, one function for every
 kind); a state of another dataset
-is refused with :class:`ParameterError` naming the setting that differs.
+is refused with :class:`ParameterError` naming the setting that differs, and so is a state
+whose counts or fingerprint are not whole (state.py checks every field).
 
 The count is kept by the process that iterates: exact in the main process with
 ``num_workers=0``. With workers, each worker's copy counts its own micro-batches, which is
 what torchdata's ``StatefulDataLoader`` snapshots: its ``state_dict()`` can be loaded back
 into the same loader, or given to ``load_state_dict`` of a new rank stream (any world size),
 which combines the workers' counts into the global one.
+
+Launchers. A rank stream is for a loop of one's own (torchrun). accelerate, and so the HF
+Trainer, deals a dataset's batches out to its processes itself (launchers.py): a rank stream
+handed to it on several processes would be split a second time, so it refuses (``set_epoch``,
+which accelerate calls first, finds out); global_stream.py is what to hand it instead.
 """
 
 from __future__ import annotations
@@ -59,13 +65,13 @@ from ..sources import provenance
 from ..checks import check_int
 from ..errors import ParameterError
 from ..extras import require_torch
+from . import launchers
+from .state import STATE_FORMAT, STATE_VERSION, checked_state, combine_workers, find_states
 
 torch = require_torch("megatron_rank_stream")
 
 __all__ = ["MegatronRankStream", "megatron_rank_stream"]
 
-STATE_FORMAT = "mmidx-megatron-rank-stream"
-STATE_VERSION = 1
 # Micro-batches gathered per call of the builder: one table of a few hundred rows amortises
 # the per-call cost and stays a few MB.
 _RANGES_PER_CALL = 64
@@ -88,14 +94,17 @@ class MegatronRankStream(torch.utils.data.IterableDataset):
         self.rank = check_int("rank", rank, 0)
         if self.rank >= self.world_size:
             raise ParameterError(f"rank must lie in [0, world_size) = [0, {self.world_size}), got {self.rank}")
+        self._init_rows(dataset, micro_batch_size, consumed_samples)
+
+    def _init_rows(self, dataset, micro_batch_size, consumed_samples) -> None:
         self.micro_batch_size = check_int("micro_batch_size", micro_batch_size, 1)
         self.dataset = dataset
         self._rows = _row_reader(dataset)
         self.total_samples = self._rows.num_rows
         self.fingerprint = _fingerprint(dataset, self.total_samples)
         self._start = self._checked_consumed(check_int("consumed_samples", consumed_samples, 0))
-        self._resume_worker = None  # (iteration start, micro-batches done) from one worker's state
-        self._progress = None  # the current iteration: start, worker, workers, micro-batches done before, rows
+        self._resume_worker = None  # (iteration start, units done) from one worker's state
+        self._progress = None  # the current iteration: start, worker, workers, units done before, rows, unit
 
     # --- what this rank reads ---------------------------------------------------------------
 
@@ -125,31 +134,82 @@ class MegatronRankStream(torch.utils.data.IterableDataset):
 
     def sample_positions(self, worker_id: int = 0, num_workers: int = 1) -> np.ndarray:
         """Training positions this rank (and DataLoader worker) reads, in order."""
-        return np.concatenate([np.arange(a, b) for a, b in self._ranges(self._start, worker_id, num_workers)]
+        return np.concatenate([np.arange(a, b) for a, b, _, _ in self._units(self._start, worker_id, num_workers)]
                               or [np.zeros(0, np.int64)])
 
-    def _ranges(self, start: int, worker_id: int, num_workers: int, skip: int = 0) -> Iterator[tuple[int, int]]:
+    # A unit is what one DataLoader worker produces in one go, so that the loader's round robin
+    # over workers restores the order: here one micro-batch of this rank. Each unit is
+    # (first, stop, before, after): rows first .. stop - 1, after ``before`` and before
+    # ``after`` placeholders (None: rows another process keeps, global_stream.py).
+
+    def _unit_samples(self) -> int:
+        """Global samples consumed per unit."""
+        return self.global_batch_size
+
+    def _unit_rows(self) -> int:
+        return self.micro_batch_size
+
+    def _units(self, start: int, worker_id: int, num_workers: int, skip: int = 0) -> Iterator[tuple]:
         batches = (self.total_samples - start) // self.global_batch_size
         for g in itertools.islice(range(worker_id, batches, num_workers), skip, None):
             first = start + g * self.global_batch_size + self.rank * self.micro_batch_size
-            yield first, first + self.micro_batch_size
+            yield first, first + self.micro_batch_size, 0, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """What accelerate calls before each pass (the HF Trainer through it). The order does
+        not depend on the epoch (Megatron's depends on ``consumed_samples`` only); the call
+        tells how accelerate deals the rows out (launchers.py)."""
+        dealing = launchers.from_set_epoch()
+        if dealing is not None:
+            self._dealt(dealing)
+
+    def _dealt(self, dealing: launchers.Dealing) -> None:
+        if dealing.num_processes > 1:
+            raise ParameterError(
+                f"a megatron_rank_stream (rank={self.rank}, world_size={self.world_size}) was handed to accelerate "
+                f"(accelerator.prepare or the Hugging Face Trainer), which splits it again over its "
+                f"{dealing.num_processes} processes ({_DEALINGS[dealing.kind]}): ranks would train on other ranks' "
+                f"samples and skip some. Hand it megatron_global_stream(dataset, world_size={dealing.num_processes}, "
+                f"micro_batch_size={self.micro_batch_size}) instead, which accelerate deals out as "
+                "MegatronPretrainingSampler does; keep megatron_rank_stream for loops of your own (torchrun)")
+
+    def _begin(self, dealing: launchers.Dealing | None, batch_size: int | None, num_workers: int) -> bool:
+        """Checks before the first row; False: this process reads nothing."""
+        if dealing is not None:
+            self._dealt(dealing)
+        if num_workers > 1:
+            self._check_loader_batch_size(batch_size, num_workers)
+        return True
 
     def __iter__(self):
+        # Both read the caller's frame: first, before any other call (launchers.py, _loader_batch_size).
+        dealing = launchers.from_iter()
+        batch_size = _loader_batch_size()
         info = torch.utils.data.get_worker_info()
         worker_id, num_workers = (info.id, info.num_workers) if info is not None else (0, 1)
-        if num_workers > 1:
-            self._check_loader_batch_size(_loader_batch_size(), num_workers)
+        if not self._begin(dealing, batch_size, num_workers):
+            return
         start, skip = self._start, 0
         if self._resume_worker is not None:
             start, skip = self._resume_worker
-        progress = {"start": start, "worker": worker_id, "workers": num_workers, "done": skip, "rows": 0}
+        progress = {"start": start, "worker": worker_id, "workers": num_workers, "done": skip, "rows": 0,
+                    "unit_rows": self._unit_rows(), "unit_samples": self._unit_samples()}
         self._progress = progress
-        for row in self._rows.iter_rows(self._ranges(start, worker_id, num_workers, skip)):
-            progress["rows"] += 1  # before the yield: a micro-batch counts once its last row is out
-            yield row
+        units, wanted = itertools.tee(self._units(start, worker_id, num_workers, skip))
+        rows = self._rows.iter_rows((first, stop) for first, stop, _, _ in wanted)
+        for first, stop, before, after in units:
+            for _ in range(before):
+                progress["rows"] += 1
+                yield None
+            for row in itertools.islice(rows, stop - first):
+                progress["rows"] += 1  # before the yield: a unit counts once its last row is out
+                yield row
+            for _ in range(after):
+                progress["rows"] += 1
+                yield None
 
     def _check_loader_batch_size(self, batch_size: int | None, num_workers: int) -> None:
-        if batch_size is None or batch_size == self.micro_batch_size:
+        if batch_size is None or batch_size == self._unit_rows():
             return
         raise ParameterError(
             f"DataLoader(batch_size={batch_size}, num_workers={num_workers}) over a megatron_rank_stream of "
@@ -173,30 +233,30 @@ class MegatronRankStream(torch.utils.data.IterableDataset):
         progress = self._progress
         if progress is None:
             return {**state, "consumed_samples": self._start}
-        done = progress["done"] + progress["rows"] // self.micro_batch_size
+        done = progress["done"] + progress["rows"] // progress["unit_rows"]
         if progress["workers"] == 1:
-            return {**state, "consumed_samples": progress["start"] + done * self.global_batch_size}
-        # One worker of several: its micro-batches are g = id, id + K, ...; the global count
-        # needs every worker's (load_state_dict combines them).
+            return {**state, "consumed_samples": progress["start"] + done * progress["unit_samples"]}
+        # One worker of several: its units are id, id + K, ...; the global count needs every
+        # worker's (load_state_dict combines them).
         return {**state, "consumed_samples": None,
                 "worker": {"id": progress["worker"], "num_workers": progress["workers"],
-                           "iteration_start": progress["start"], "micro_batches": done}}
+                           "iteration_start": progress["start"], "micro_batches": done,
+                           "unit_samples": progress["unit_samples"]}}
 
     def load_state_dict(self, state: Mapping) -> None:
         """Continues from a state of :meth:`state_dict`, or from a container of them (a
         StatefulDataLoader's ``state_dict()``): the next ``iter()`` starts at the state's
-        global sample, for this stream's world size and micro-batch size."""
-        states = list(_find_states(state))
+        global sample, for this stream's world size and micro-batch size. Every field is
+        checked (state.py): a state that is not one this dataset could have written is a
+        ParameterError naming the field."""
+        states = list(find_states(state))
         if not states:
             raise ParameterError("not a megatron_rank_stream state: no dict with format "
                                  f"{STATE_FORMAT!r} found in it")
-        for found in states:
-            if found.get("version") != STATE_VERSION:
-                raise ParameterError(f"state version {found.get('version')!r}, expected {STATE_VERSION}")
-            _compare_fingerprints(found.get("fingerprint") or {}, self.fingerprint)
-        globals_ = [s for s in states if s.get("worker") is None]
+        states = [checked_state(found, self.fingerprint, self.total_samples) for found in states]
+        globals_ = [s for s in states if s["worker"] is None]
         if globals_:
-            self._start = self._checked_consumed(check_int("consumed_samples", globals_[0]["consumed_samples"], 0))
+            self._start = globals_[0]["consumed_samples"]
             self._resume_worker = None
             self._progress = None
             return
@@ -211,17 +271,22 @@ class MegatronRankStream(torch.utils.data.IterableDataset):
             self._resume_worker = (worker["iteration_start"], worker["micro_batches"])
             self._progress = None
             return
-        self._start = self._checked_consumed(_combine_workers(states))
+        self._start = self._checked_consumed(combine_workers(states))
         self._resume_worker = None
         self._progress = None
 
     def _check_same_batches(self, state: Mapping) -> None:
-        theirs = (state.get("world_size"), state.get("micro_batch_size"))
-        if theirs != (self.world_size, self.micro_batch_size):
-            raise ParameterError(f"a worker's state of world_size={theirs[0]}, micro_batch_size={theirs[1]} cannot "
-                                 f"resume a worker of world_size={self.world_size}, "
-                                 f"micro_batch_size={self.micro_batch_size}; load the whole loader state "
-                                 "into a new stream instead")
+        theirs = (state["world_size"], state["micro_batch_size"], state["worker"]["unit_samples"])
+        ours = (self.world_size, self.micro_batch_size, self._unit_samples())
+        if theirs != ours:
+            raise ParameterError(f"a worker's state of world_size={theirs[0]}, micro_batch_size={theirs[1]} "
+                                 f"({theirs[2]} samples per worker batch) cannot resume a worker of "
+                                 f"world_size={ours[0]}, micro_batch_size={ours[1]} ({ours[2]}); load the whole "
+                                 "loader state into a new stream instead")
+
+
+_DEALINGS = {"dispatch": "its process 0 reads the stream and deals each batch out, dispatch_batches",
+             "shard": "every process reads it and keeps every n-th batch, IterableDatasetShard"}
 
 
 def _loader_batch_size() -> int | None:
@@ -242,44 +307,6 @@ def _loader_batch_size() -> int | None:
     if not getattr(fetcher, "auto_collation", False):
         return 1  # batch_size=None: the loader hands out single rows, one worker after another
     return len(frame.f_locals["possibly_batched_index"])
-
-
-def _find_states(state) -> Iterator[Mapping]:
-    """Our states anywhere inside ``state`` (a StatefulDataLoader nests them per worker)."""
-    if isinstance(state, Mapping):
-        if state.get("format") == STATE_FORMAT:
-            yield state
-            return
-        for value in state.values():
-            yield from _find_states(value)
-    elif isinstance(state, (list, tuple)):
-        for value in state:
-            yield from _find_states(value)
-
-
-def _combine_workers(states: list[Mapping]) -> int:
-    """The global count from every worker's state: after the loader handed out b micro-batches,
-    worker w's next one is the first g >= b with g = w (mod K), so b is the smallest of them."""
-    workers = {(s["worker"]["iteration_start"], s["worker"]["num_workers"]) for s in states}
-    if len(workers) != 1:
-        raise ParameterError(f"worker states from different iterations or worker counts: {sorted(workers)}")
-    start, num_workers = workers.pop()
-    found = {s["worker"]["id"]: s for s in states}
-    if sorted(found) != list(range(num_workers)):
-        raise ParameterError(f"need the states of all {num_workers} workers, found workers {sorted(found)}")
-    global_batch = found[0]["world_size"] * found[0]["micro_batch_size"]
-    next_batches = [w + s["worker"]["micro_batches"] * num_workers for w, s in found.items()]
-    return start + min(next_batches) * global_batch
-
-
-def _compare_fingerprints(theirs: Mapping, ours: Mapping) -> None:
-    differing = [name for name in sorted(set(theirs) | set(ours))
-                 if name in theirs and name in ours and theirs[name] != ours[name]]
-    if differing:
-        details = "; ".join(f"{name}: the state's {theirs[name]!r}, this dataset's {ours[name]!r}"
-                            for name in differing)
-        raise ParameterError(f"the state was taken on a dataset with another sample order ({details}); "
-                             "load it into a dataset made with the same files and settings")
 
 
 def _fingerprint(dataset, total_samples: int) -> dict:

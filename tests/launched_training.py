@@ -1,0 +1,128 @@
+"""One process of tests/test_training_launchers.py, started by a launcher (torchrun or
+``accelerate launch``) on 2 CPU processes (gloo). It runs docs/training.md's recipe for the
+launcher it is named after and writes, per process, the token rows each training step got:
+
+    python launched_training.py RECIPE CACHE_DIR OUT_DIR
+
+RECIPE: ``loop`` (torchrun: one megatron_rank_stream per rank in a plain loop), ``accelerate``
+(accelerator.prepare of a DataLoader over megatron_global_stream, dispatched and sharded),
+``trainer`` (the HF Trainer over megatron_global_stream, a resume from its checkpoint, and a
+megatron_rank_stream handed to it, which must be refused). Each with 0 and 2 loader workers.
+OUT_DIR/<RECIPE>.rank<r>.json: ``{case: [[row tokens] per sample] or an error}``; the test
+compares them with MegatronPretrainingSampler.
+"""
+
+import json
+import os
+import sys
+
+import torch
+from datasets import load_dataset
+
+import mmidx_builder
+from mmidx_builder.errors import ParameterError
+
+MICRO_BATCH = 2
+CONSUMED = 6  # a resumed Megatron run's count, not a multiple of the global batch
+STEPS = 4
+
+
+def rows_of(batch):
+    return [[int(t) for t in row] for row in batch["input_ids"]]
+
+
+def collate(rows):
+    return {"input_ids": torch.stack([torch.as_tensor(row["input_ids"], dtype=torch.long) for row in rows])}
+
+
+def loop(stream, rank, world_size):
+    """torchrun: each rank reads its own rank stream."""
+    out = {}
+    for workers in (0, 2):
+        ranked = mmidx_builder.megatron_rank_stream(stream, rank=rank, world_size=world_size,
+                                                    micro_batch_size=MICRO_BATCH, consumed_samples=CONSUMED)
+        loader = torch.utils.data.DataLoader(ranked, batch_size=MICRO_BATCH, num_workers=workers, collate_fn=collate)
+        out[f"workers{workers}"] = [row for step, batch in zip(range(STEPS), loader) for row in rows_of(batch)]
+    return out
+
+
+def accelerate(stream, rank, world_size):
+    from accelerate import Accelerator
+    from accelerate.utils import DataLoaderConfiguration
+
+    out = {}
+    for dispatch in (True, False):
+        accelerator = Accelerator(cpu=True, dataloader_config=DataLoaderConfiguration(dispatch_batches=dispatch))
+        for workers in (0, 2):
+            dataset = mmidx_builder.megatron_global_stream(stream, world_size=accelerator.num_processes,
+                                                           micro_batch_size=MICRO_BATCH, consumed_samples=CONSUMED)
+            loader = accelerator.prepare(torch.utils.data.DataLoader(dataset, batch_size=MICRO_BATCH,
+                                                                     num_workers=workers, collate_fn=collate))
+            out[f"{'dispatch' if dispatch else 'shard'}-workers{workers}"] = \
+                [row for batch in loader for row in rows_of(batch)]
+    return out
+
+
+def trainer(stream, rank, world_size, out_dir):
+    from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+
+    vocab = 1 + max(max(row["input_ids"]) for row in stream)
+    seen = []
+
+    def model():
+        torch.manual_seed(0)
+        made = GPT2LMHeadModel(GPT2Config(vocab_size=vocab, n_positions=16, n_embd=8, n_layer=1, n_head=1))
+        made.register_forward_pre_hook(lambda module, args, kwargs: seen.extend(rows_of(kwargs)), with_kwargs=True)
+        return made
+
+    def with_labels(rows):
+        batch = collate(rows)
+        return {**batch, "labels": batch["input_ids"]}
+
+    def train(workers, resume=None, dataset=None, max_steps=STEPS, save_steps=None):
+        args = TrainingArguments(output_dir=os.path.join(out_dir, f"trainer-workers{workers}"),
+                                 per_device_train_batch_size=MICRO_BATCH, dataloader_num_workers=workers,
+                                 remove_unused_columns=False, max_steps=max_steps, report_to=[], use_cpu=True,
+                                 save_strategy="steps" if save_steps else "no", save_steps=save_steps or 500,
+                                 logging_strategy="no", disable_tqdm=True)
+        dataset = dataset or mmidx_builder.megatron_global_stream(stream, world_size=args.world_size,
+                                                                  micro_batch_size=args.per_device_train_batch_size,
+                                                                  consumed_samples=CONSUMED)
+        seen.clear()
+        Trainer(model=model(), args=args, train_dataset=dataset, data_collator=with_labels).train(
+            resume_from_checkpoint=resume)
+        return list(seen)
+
+    out = {}
+    for workers in (0, 2):
+        out[f"workers{workers}"] = train(workers, save_steps=2)
+    # A checkpoint at step 2 of the run above: the resumed run trains on steps 3 and 4 again.
+    out["resumed-workers2"] = train(2, resume=os.path.join(out_dir, "trainer-workers2", "checkpoint-2"))
+    ranked = mmidx_builder.megatron_rank_stream(stream, rank=rank, world_size=world_size, micro_batch_size=MICRO_BATCH)
+    try:
+        out["rank-stream"] = train(0, dataset=ranked, max_steps=1)
+    except ParameterError as error:
+        out["rank-stream"] = {"error": str(error)}
+    return out
+
+
+def main(recipe, cache_dir, out_dir):
+    stream = load_dataset(cache_dir, seq_length=3, seed=11, split="train", streaming=True)
+    if recipe == "loop":
+        torch.distributed.init_process_group("gloo")
+        rank, world_size = torch.distributed.get_rank(), torch.distributed.get_world_size()
+        out = loop(stream, rank, world_size)
+    else:
+        rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        out = accelerate(stream, rank, world_size) if recipe == "accelerate" else trainer(stream, rank, world_size,
+                                                                                           out_dir)
+    path = os.path.join(out_dir, f"{recipe}.rank{rank}.json")
+    with open(path + ".tmp", "w") as f:
+        json.dump(out, f)
+    os.replace(path + ".tmp", path)
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:4])

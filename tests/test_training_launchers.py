@@ -1,0 +1,173 @@
+"""docs/training.md's recipe for each launcher, run as people run it: 2 CPU processes (gloo),
+0 and 2 DataLoader workers, every rank's samples compared with Megatron-LM's
+MegatronPretrainingSampler (the oracle of test_training_rank_stream.py: the class's own code,
+from the installed megatron-core wheel's copy of Megatron-LM's data_samplers.py).
+
+- torchrun, a plain loop over megatron_rank_stream per rank;
+- ``accelerate launch``, ``accelerator.prepare(DataLoader(megatron_global_stream(...)))``,
+  dispatched (accelerate's default) and sharded (``dispatch_batches=False``);
+- ``accelerate launch`` of the Hugging Face Trainer over megatron_global_stream, resumed from
+  its checkpoint, and given a rank stream (refused: accelerate would split it again).
+
+tests/launched_training.py is the per-process side. Three launches, about 20-45 s each here.
+The in-process tests below check accelerate's IterableDatasetShard and the refusals without
+launching anything.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_training_rank_stream import megatron_order, sampler_class, write_unique_corpus  # noqa: F401  a fixture
+
+from mmidx_builder.errors import ParameterError
+
+HERE = Path(__file__).resolve().parent
+WORLD_SIZE = 2
+MICRO_BATCH = 2  # launched_training.py's
+CONSUMED = 6
+STEPS = 4
+LAUNCH_TIMEOUT = 400
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    from datasets import load_dataset
+
+    root = tmp_path_factory.mktemp("launchers")
+    (root / "corpus").mkdir()
+    write_unique_corpus(str(root / "corpus" / "unique_text_document"), np.random.RandomState(0))
+    env = {**os.environ, "HF_HOME": str(root / "hf")}  # the launched processes' cache
+    dataset = load_dataset(str(root / "corpus"), seq_length=3, seed=11, split="train", cache_dir=str(root / "ours"))
+    positions = {tuple(row["input_ids"]): i for i, row in enumerate(dataset)}
+    assert len(positions) == len(dataset)
+    return {"root": root, "env": env, "positions": positions, "total": len(dataset), "dataset": dataset}
+
+
+def launch(corpus, recipe: str) -> list[dict]:
+    """Each rank's output of ``launched_training.py RECIPE`` started by its launcher."""
+    root = corpus["root"]
+    script = [str(HERE / "launched_training.py"), recipe, str(root / "corpus"), str(root)]
+    bin_dir = Path(sys.executable).parent
+    if recipe == "loop":
+        command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(WORLD_SIZE),
+                   "--master_addr", "127.0.0.1", "--master_port", str(_free_port()), *script]
+    else:
+        command = [str(bin_dir / "accelerate"), "launch", "--multi_gpu", "--num_processes", str(WORLD_SIZE),
+                   "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+                   "--main_process_port", str(_free_port()), *script]
+    env = {**corpus["env"], "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "",
+           "PYTHONPATH": os.pathsep.join([str(HERE.parent), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(command, env=env, cwd=root, capture_output=True, text=True, timeout=LAUNCH_TIMEOUT)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return [json.loads((root / f"{recipe}.rank{r}.json").read_text()) for r in range(WORLD_SIZE)]
+
+
+def positions(rows, corpus):
+    return [corpus["positions"][tuple(row)] for row in rows]
+
+
+def expected(sampler_class, corpus, rank, steps=None):
+    order = megatron_order(sampler_class, corpus["total"], CONSUMED, MICRO_BATCH, rank, WORLD_SIZE)
+    return order if steps is None else order[:steps * MICRO_BATCH]
+
+
+def test_torchrun_plain_loop_over_rank_streams_is_megatrons_order(corpus, sampler_class, torch):
+    for rank, out in enumerate(launch(corpus, "loop")):
+        for case in ("workers0", "workers2"):
+            assert positions(out[case], corpus) == expected(sampler_class, corpus, rank, STEPS), (rank, case)
+
+
+def test_accelerate_prepare_of_a_global_stream_gives_each_process_megatrons_order(corpus, sampler_class, torch):
+    pytest.importorskip("accelerate")
+    for rank, out in enumerate(launch(corpus, "accelerate")):
+        want = expected(sampler_class, corpus, rank)
+        assert len(want) > 20 * MICRO_BATCH
+        for case in ("dispatch-workers0", "dispatch-workers2", "shard-workers0", "shard-workers2"):
+            assert positions(out[case], corpus) == want, (rank, case)
+
+
+def test_hf_trainer_on_a_global_stream_trains_each_rank_on_megatrons_order_and_resumes(corpus, sampler_class, torch):
+    pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")
+    for rank, out in enumerate(launch(corpus, "trainer")):
+        want = expected(sampler_class, corpus, rank, STEPS)
+        assert positions(out["workers0"], corpus) == want, rank
+        assert positions(out["workers2"], corpus) == want, rank
+        assert positions(out["resumed-workers2"], corpus) == want[2 * MICRO_BATCH:], rank  # from checkpoint-2
+        assert "error" in out["rank-stream"], f"rank {rank} trained on a rank stream accelerate split again"
+        assert "megatron_global_stream(dataset, world_size=2, micro_batch_size=2)" in out["rank-stream"]["error"]
+
+
+# --- in process: accelerate's IterableDatasetShard, the refusals ----------------------------------
+
+def shard_rows(dataset, process, workers, torch, batch_size=MICRO_BATCH):
+    """What accelerate's non-dispatching loader gives ``process`` (prepare_data_loader's wrapping,
+    without a process group: IterableDatasetShard, then a DataLoader of the process's batch)."""
+    from accelerate.data_loader import IterableDatasetShard
+
+    shard = IterableDatasetShard(dataset, batch_size=batch_size, num_processes=WORLD_SIZE, process_index=process)
+    shard.set_epoch(0)
+    loader = torch.utils.data.DataLoader(shard, batch_size=batch_size, num_workers=workers, collate_fn=list)
+    return [row for batch in loader for row in batch]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_global_stream_through_iterable_dataset_shard_is_megatrons_order(workers, corpus, sampler_class, torch):
+    pytest.importorskip("accelerate")
+    from mmidx_builder import megatron_global_stream
+
+    for process in range(WORLD_SIZE):
+        stream = megatron_global_stream(corpus["dataset"], WORLD_SIZE, MICRO_BATCH, consumed_samples=CONSUMED)
+        rows = shard_rows(stream, process, workers, torch)
+        assert positions([row["input_ids"] for row in rows], corpus) == expected(sampler_class, corpus, process)
+
+
+def test_a_rank_stream_handed_to_accelerates_shard_is_refused(corpus, torch):
+    pytest.importorskip("accelerate")
+    from accelerate.data_loader import IterableDatasetShard
+
+    from mmidx_builder import megatron_rank_stream
+
+    ranked = megatron_rank_stream(corpus["dataset"], 0, WORLD_SIZE, MICRO_BATCH)
+    with pytest.raises(ParameterError, match=r"splits it again over its 2 processes.*megatron_global_stream"):
+        shard_rows(ranked, 0, 0, torch)
+    # without set_epoch (a wrapper of its own around the shard): refused at the first row
+    shard = IterableDatasetShard(ranked, batch_size=MICRO_BATCH, num_processes=WORLD_SIZE, process_index=1)
+    with pytest.raises(ParameterError, match="megatron_global_stream"):
+        next(iter(shard))
+    # one process: nothing is split again
+    alone = IterableDatasetShard(megatron_rank_stream(corpus["dataset"], 1, WORLD_SIZE, MICRO_BATCH),
+                                 batch_size=MICRO_BATCH, num_processes=1, process_index=0)
+    alone.set_epoch(0)
+    assert len(list(itertools.islice(iter(alone), 4))) == 4
+
+
+def test_global_stream_misuse_is_refused_by_name(corpus, torch):
+    pytest.importorskip("accelerate")
+    from mmidx_builder import megatron_global_stream
+
+    stream = megatron_global_stream(corpus["dataset"], WORLD_SIZE, MICRO_BATCH)
+    with pytest.raises(ParameterError, match="megatron_rank_stream"):  # a plain loop: every rank would get all
+        next(iter(stream))
+    with pytest.raises(ParameterError, match="make it with world_size=2"):
+        shard_rows(megatron_global_stream(corpus["dataset"], 4, MICRO_BATCH), 0, 0, torch)
+    with pytest.raises(ParameterError, match="per_device_train_batch_size=2"):
+        shard_rows(stream, 0, 0, torch, batch_size=4)
+    alone = megatron_global_stream(corpus["dataset"], 1, MICRO_BATCH, consumed_samples=CONSUMED)
+    assert [row["input_ids"] for row in alone] == [corpus["dataset"][i]["input_ids"]
+                                                   for i in range(CONSUMED, corpus["total"] // 2 * 2)]
