@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from mmidx_builder.errors import RemoteChangedError, RemoteReadError
-from mmidx_builder.format import IndexedFile
+from mmidx_builder.sources.indexed import IndexedFile
 from range_server import RangeServer
 from test_remote import fast, http_client, quick_backoff, random_pieces, served  # noqa: F401 (fixtures)
 

@@ -19,6 +19,7 @@ from .fetching import fetch_async, fetch_threads
 from .http import http_client, io_loop
 from .objects import RemoteObject
 from .request_queue import REQUESTS_IN_FLIGHT, backoff, fetch_context, pool
+from .server_waits import MAX_WAIT_SECONDS
 
 _LOCK = threading.Lock()
 
@@ -32,17 +33,22 @@ TIMEOUT_SECONDS = 60.0  # per request, async filesystems; the Hub client has its
 class RemoteAccess:
     """How remote files are reached. ``storage_options``: fsspec options, per protocol
     (``{"s3": {"endpoint_url": ...}}``) or flat (used for any protocol), as ``datasets``
-    takes them. ``cache_dir`` / ``max_cache_bytes``: the optional local block cache."""
+    takes them. ``cache_dir`` / ``max_cache_bytes``: the optional local block cache.
+    ``timeout`` / ``retries``: per request, and how often a failed one is tried again.
+    ``max_wait``: the seconds one request may spend waiting when servers ask it to (429/503
+    with ``Retry-After`` or ``RateLimit``), over all such waits; those waits are not retries
+    (server_waits.py)."""
 
     storage_options: dict = field(default_factory=dict)
     cache_dir: str | None = None
     max_cache_bytes: int | None = None
     timeout: float = TIMEOUT_SECONDS
     retries: int = RETRIES
+    max_wait: float = MAX_WAIT_SECONDS
 
     def _key(self) -> str:
-        return json.dumps([self.storage_options, self.cache_dir, self.max_cache_bytes, self.timeout, self.retries],
-                          sort_keys=True, default=repr)
+        return json.dumps([self.storage_options, self.cache_dir, self.max_cache_bytes, self.timeout, self.retries,
+                           self.max_wait], sort_keys=True, default=repr)
 
     def __eq__(self, other) -> bool:
         return isinstance(other, RemoteAccess) and self._key() == other._key()

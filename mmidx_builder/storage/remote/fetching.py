@@ -64,7 +64,7 @@ def fetch_async(access, fs, parts, dropped: threading.Event | None = None,
         async def send(obj, start, stop, route):
             return await asyncio.wait_for(_get_async(fs, obj, start, stop), access.timeout)
 
-    batch = Batch(parts, send, access.retries, priority, dropped)
+    batch = Batch(parts, send, access.retries, priority, dropped, access.max_wait)
     fs.loop.call_soon_threadsafe(submit, batch)
     return batch.wait(fs.loop.call_soon_threadsafe)
 
