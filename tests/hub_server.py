@@ -25,7 +25,8 @@ With ``redirect`` set, ``/resolve/`` answers as the Hub does for files in LFS or
 after ``signed_seconds`` (``?Expires=<unix time>&Signature=<hmac>``; expired or forged: 403,
 as CloudFront answers), with the file's ``X-Linked-Etag`` (its sha256), ``X-Linked-Size`` and
 ``X-Repo-Commit``. The CDN's own ``ETag`` is the file's md5, as S3's, not the Hub's.
-``resolver_limit = (quota, window seconds)`` rate-limits ``/resolve/`` requests as the Hub's
+``revoke_after = n`` refuses every URL signed so far once the CDN has had n requests (a key
+rotation). ``resolver_limit = (quota, window seconds)`` rate-limits ``/resolve/`` requests as the Hub's
 "resolvers" bucket: a fixed window, ``RateLimit: "resolvers";r=<left>;t=<seconds to reset>``
 and ``RateLimit-Policy`` on every resolver answer, and 429 with ``Retry-After`` once the quota
 is spent.
@@ -54,6 +55,7 @@ import dataclasses
 import hashlib
 import hmac
 import json
+import math
 import re
 import socket
 import threading
@@ -129,6 +131,7 @@ class LocalHub(ThreadingHTTPServer):
         self.redirect = False  # /resolve/ answers 302 to the CDN (see the module docstring)
         self.signed_seconds = 3600.0
         self.resolver_limit: tuple[int, float] | None = None  # (quota, window seconds)
+        self.revoke_after: int | None = None  # after this many CDN requests, every URL signed so far is refused
         self._resolver_window = (0.0, 0)  # (start, resolver requests in it)
         self.cdn_requests: list[dict] = []
         self._secret = hashlib.sha256(str(id(self)).encode()).digest()
@@ -167,7 +170,7 @@ class LocalHub(ThreadingHTTPServer):
 
     def signed_url(self, sha256: str) -> str:
         path = f"/blobs/{sha256}"
-        expires = int(time.time() + self.signed_seconds)
+        expires = math.ceil(time.time() + self.signed_seconds)  # at least signed_seconds from now
         return f"{self.cdn.url}{path}?Expires={expires}&Signature={self._signature(path, expires)}"
 
     def _blob(self, sha256: str) -> bytes | None:
@@ -570,6 +573,10 @@ class _CdnHandler(_Handler):
         record = {"method": self.command, "path": path, "authorization": self.headers.get("Authorization"),
                   "range": self.headers.get("Range"), "status": None}
         hub.cdn_requests.append(record)
+        with hub._lock:
+            if hub.revoke_after is not None and len(hub.cdn_requests) > hub.revoke_after:
+                hub.revoke_after = None
+                hub._secret = hashlib.sha256(hub._secret).digest()  # a new key: old signatures no longer hold
         try:
             expires = int(params.get("Expires", "0"))
         except ValueError:

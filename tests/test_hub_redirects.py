@@ -91,7 +91,7 @@ def test_each_file_is_resolved_once_and_read_from_the_cdn_without_the_token(hub,
 def test_an_expired_signed_url_is_resolved_again(hub, corpus, tmp_path, http_client):
     repo_id = f"me/expiring-{http_client}"
     publish(hub, corpus, repo_id)
-    hub.redirect, hub.signed_seconds, hub.latency = True, 1, 0.01
+    hub.redirect, hub.signed_seconds, hub.latency = True, 3, 0.01
     first, first_cdn = len(hub.requests), len(hub.cdn_requests)
     try:
         got = stream(repo_id, str(tmp_path / "hf"), 600)
@@ -104,6 +104,20 @@ def test_an_expired_signed_url_is_resolved_again(hub, corpus, tmp_path, http_cli
     assert resolved >= 2, "the signed URL expired during the stream and was resolved again"
     ranged = [r for r in hub.cdn_requests[first_cdn:] if r["range"]]
     assert resolved <= 2 + len(ranged) / 10, (resolved, len(ranged))  # not once per read
+
+
+def test_a_refused_signed_url_is_resolved_again(hub, corpus, tmp_path, http_client):
+    repo_id = f"me/revoked-{http_client}"
+    publish(hub, corpus, repo_id)
+    hub.redirect, hub.revoke_after = True, len(hub.cdn_requests) + 60  # the key changes 60 requests on
+    first, first_cdn = len(hub.requests), len(hub.cdn_requests)
+    try:
+        got = stream(repo_id, str(tmp_path / "hf"), 400)
+    finally:
+        hub.redirect, hub.revoke_after = False, None
+    np.testing.assert_array_equal(got, local_rows(corpus, str(tmp_path / "hf"), 400))
+    assert 403 in {r["status"] for r in hub.cdn_requests[first_cdn:]}, "a signed URL was refused"
+    assert 2 <= resolves_of(hub, first, "train.bin") <= 4
 
 
 def test_a_spent_resolver_window_is_waited_out(hub, corpus, tmp_path, http_client, caplog):

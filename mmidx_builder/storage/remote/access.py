@@ -5,7 +5,9 @@ picklable, and callable like ``open`` for the few text files read remotely."""
 
 from __future__ import annotations
 
+import itertools
 import json
+import logging
 import os
 import threading
 import time
@@ -13,19 +15,23 @@ from dataclasses import dataclass, field
 
 from ...errors import MissingPartnerError, RemoteReadError
 from ..files import is_remote
+from .answers import _status as status_of
 from .answers import classify
 from .block_cache import cache_for
 from .fetching import fetch_async, fetch_threads
 from .http import http_client, io_loop
+from .hub_routes import HubRoute
 from .objects import RemoteObject
 from .request_queue import REQUESTS_IN_FLIGHT, backoff, fetch_context, pool
 from .server_waits import MAX_WAIT_SECONDS
 
+logger = logging.getLogger(__name__)
 _LOCK = threading.Lock()
 
 # A longer run is fetched in parts of this size, in parallel, and joined.
 MAX_REQUEST_BYTES = 8 << 20
 RETRIES = 5
+REFUSALS = 4  # a Hub file's signed URL refused (403/410) within one fetch: resolved again this many times
 TIMEOUT_SECONDS = 60.0  # per request, async filesystems; the Hub client has its own
 
 
@@ -153,18 +159,33 @@ class RemoteAccess:
                 owners.append(i)
         results = [b""] * len(parts)
         by_fs: dict[int, tuple[object, list[int]]] = {}
-        routes = {}
+        hub_routes = {}
         for k, (obj, start, stop) in enumerate(parts):
-            if obj.url not in routes:
-                routes[obj.url] = self._http_route(obj.url) or (self.filesystem(obj.url)[0], None)
-            fs, route = routes[obj.url]
-            parts[k] = (obj, start, stop, route)
+            if obj.url not in hub_routes:
+                hub_routes[obj.url] = self._http_route(obj.url) or (self.filesystem(obj.url)[0], None)
+            fs, _ = hub_routes[obj.url]
             by_fs.setdefault(id(fs), (fs, []))[1].append(k)
         for fs, ks in by_fs.values():
-            chunk = [parts[k] for k in ks]
             dropped, priority = fetch_context()
-            got = (fetch_async(self, fs, chunk, dropped, priority) if getattr(fs, "async_impl", False)
-                   else fetch_threads(self, fs, chunk, dropped))
+            for refusals in itertools.count():
+                # A Hub file's route as it is now: (URL, headers), resolved when due (hub_routes.py).
+                current = {url: (route, _resolved(route, url)) for url, (f, route) in hub_routes.items()
+                           if f is fs and route is not None}
+                chunk = [(obj, start, stop, current[obj.url][1] if obj.url in current else None)
+                         for obj, start, stop in (parts[k] for k in ks)]
+                try:
+                    got = (fetch_async(self, fs, chunk, dropped, priority) if getattr(fs, "async_impl", False)
+                           else fetch_threads(self, fs, chunk, dropped))
+                    break
+                except RemoteReadError as error:
+                    # A signed URL refused (expired, revoked: 403/410) is resolved again, and the
+                    # gather fetched again: a few times (a gather outlasting a URL's life is
+                    # refused each time; the Hub's last an hour).
+                    refused = current.get(error.path)
+                    if refused is None or refusals == REFUSALS or status_of(error) not in (403, 410):
+                        raise
+                    logger.info(f"{error.path}: its signed URL was refused ({error.reason}); resolving it again")
+                    refused[0].refused(refused[1])
             for k, data in zip(ks, got):
                 results[k] = data
         if len(parts) == len(objects):
@@ -175,23 +196,22 @@ class RemoteAccess:
         return [b"".join(pieces) for pieces in joined]
 
     def _http_route(self, url: str):
-        """``(HTTP filesystem, (resolve URL, headers))`` a Hub file's ranges are fetched through,
-        else None. HfFileSystem fetches a range as one GET of the file's resolve URL with the
-        token's headers, in a thread each; the same GET on the HTTP filesystem's event loop costs
-        the client a fraction of the CPU (see _get_http)."""
+        """``(HTTP filesystem, HubRoute)`` a Hub file's ranges are fetched through, else None.
+        HfFileSystem fetches a range as one GET of the file's resolve URL with the token's
+        headers, in a thread each, and every such GET is a request to the Hub's resolver; here
+        the file is resolved once per process (hub_routes.py) and its ranges go to where the Hub
+        sends them, on the HTTP filesystem's event loop or libcurl."""
         if not url.startswith("hf://"):
             return None
         key = (os.getpid(), self._key(), url)
         with _LOCK:
             route = _ROUTES.get(key)
         if route is None:
-            from huggingface_hub.utils import build_hf_headers
-
             fs, path = self.filesystem(url)
             if type(fs).__name__ != "HfFileSystem":
                 return None
             resolve_url = fs.url(path)
-            route = (self.filesystem(resolve_url)[0], (resolve_url, build_hf_headers(token=fs.token)))
+            route = (self.filesystem(resolve_url)[0], HubRoute(resolve_url, fs.token))
             with _LOCK:
                 route = _ROUTES.setdefault(key, route)
         return route
@@ -214,6 +234,14 @@ class RemoteAccess:
         idx = found[idx_url]
         (data,) = self.fetch([idx], [0], [idx.size]) if idx.size else (b"",)
         return data, found[bin_url]
+
+
+def _resolved(route: HubRoute, url: str) -> tuple[str, dict]:
+    """``route.current()``; a Hub that cannot resolve the file is a RemoteReadError naming it."""
+    try:
+        return route.current()
+    except Exception as error:  # noqa: BLE001 (huggingface_hub's errors, named with the file)
+        raise RemoteReadError(url, 0, 0, f"resolving {route.resolve_url}: {type(error).__name__}: {error}") from error
 
 
 _ROUTES: dict = {}  # (pid, access, hf:// URL) -> RemoteAccess._http_route
