@@ -21,6 +21,7 @@ from .block_cache import cache_for
 from .fetching import fetch_async, fetch_threads
 from .http import http_client, io_loop
 from .hub_routes import HubRoute
+from .index_files import index_bytes
 from .objects import RemoteObject
 from .request_queue import REQUESTS_IN_FLIGHT, backoff, fetch_context, pool
 from .server_waits import MAX_WAIT_SECONDS
@@ -216,9 +217,10 @@ class RemoteAccess:
                 route = _ROUTES.setdefault(key, route)
         return route
 
-    def open_pair(self, idx_url: str, bin_url: str) -> tuple[bytes, RemoteObject]:
-        """The whole ``.idx`` (one request, or the block cache) and the ``.bin``'s object; a missing file of the
-        pair is a MissingPartnerError naming it."""
+    def open_pair(self, idx_url: str, bin_url: str) -> tuple[object, RemoteObject]:
+        """The ``.idx``'s bytes (index_files.index_bytes: in memory when small, else mapped from
+        a copy on disk) and the ``.bin``'s object; a missing file of the pair is a
+        MissingPartnerError naming it."""
         found = {}
         for url in (idx_url, bin_url):
             try:
@@ -231,9 +233,7 @@ class RemoteAccess:
             if found[missing] is None:
                 raise MissingPartnerError(missing, "file", "the partner of " + present, "no such file",
                                           hint="a .bin/.idx pair needs both files")
-        idx = found[idx_url]
-        (data,) = self.fetch([idx], [0], [idx.size]) if idx.size else (b"",)
-        return data, found[bin_url]
+        return index_bytes(self, found[idx_url]), found[bin_url]
 
 
 def _resolved(route: HubRoute, url: str) -> tuple[str, dict]:
