@@ -21,6 +21,7 @@ at a time, by requests whose file name contains the key):
                    the request's ``Accept-Encoding``
     limit[name]    answers ``limit_status`` (429) with ``limit_headers`` (``Retry-After``,
                    ``RateLimit``...) this many times
+    trickle[name]  sends the body one byte a second (headers at once), this many times
     ignore_if_match  True: ``If-Match`` is ignored (a changed file is served with its new ETag)
 Records: ``sent`` / ``unranged`` (bytes by file name), ``whole_files_sent``, ``requests``
 (file name -> number of GETs), ``statuses`` (file name -> list of statuses answered),
@@ -171,6 +172,19 @@ class _RangeHandler(SimpleHTTPRequestHandler):
         self.end_headers()
         if not body:
             return
+        if _take(server.trickle, name, server.lock):
+            with open(path, "rb") as f:
+                f.seek(start)
+                body = f.read(stop - start)
+            for i in range(len(body)):
+                time.sleep(1.0)
+                try:
+                    self.wfile.write(body[i:i + 1])
+                    self.wfile.flush()
+                except (BrokenPipeError, ConnectionResetError):
+                    self.close_connection = True
+                    return
+            return
         cut = _take(server.cut, name, server.lock)
         remaining = stop - start
         if cut:
@@ -234,7 +248,7 @@ class RangeServer:
         httpd.latency, httpd.bandwidth = latency, bandwidth
         httpd.encodings = {}         # GETs by Accept-Encoding header
         httpd.fail, httpd.drop, httpd.cut, httpd.stall = {}, {}, {}, {}
-        httpd.shift, httpd.whole, httpd.gzip, httpd.limit = {}, {}, {}, {}
+        httpd.shift, httpd.whole, httpd.gzip, httpd.limit, httpd.trickle = {}, {}, {}, {}, {}
         httpd.stall_seconds = 3.0
         httpd.shift_bytes = 4096
         httpd.limit_status, httpd.limit_headers = 429, {"Retry-After": "1"}

@@ -189,3 +189,24 @@ def test_a_rate_limit_asking_for_more_than_the_bound_fails_at_once(served):
         with pytest.raises(RemoteReadError, match=r"3600"):
             remote.read_pieces([5], [0], [10])
         assert server.requests["corpus.bin"] == 1
+
+
+# --- a server slower than the speed floor ---------------------------------------------------------
+
+def test_an_answer_slower_than_the_floor_is_abandoned_and_tried_once_more(served):
+    """A body at 1 byte/s is given up after the floor's seconds and asked once more, then an
+    error naming the range and the speed: not ``retries`` attempts of ``timeout`` each."""
+    folder, prefix = served
+    pieces, expected = pieces_and_expected(prefix, count=1)
+    with RangeServer(folder) as server:
+        access = fast(timeout=60, retries=5, min_speed=1024, slow_seconds=1)
+        remote = IndexedFile.open(server.url + "/corpus", opener=access)
+        server.trickle["corpus.bin"] = 1  # one slow answer: the second attempt gets the bytes
+        np.testing.assert_array_equal(remote.read_pieces(*pieces), expected)
+        assert server.requests["corpus.bin"] == 2
+        server.trickle["corpus.bin"] = 10 ** 6
+        start = int(remote.sequence_starts[5]) * 2
+        with pytest.raises(RemoteReadError, match=rf"corpus\.bin: bytes \[{start}, {start + 20}\).*"
+                                                  r"(slow|no byte).*2 attempt"):
+            remote.read_pieces([5], [0], [10])
+        assert server.requests["corpus.bin"] == 4  # twice, not retries + 1 times

@@ -34,6 +34,8 @@ MAX_REQUEST_BYTES = 8 << 20
 RETRIES = 5
 REFUSALS = 4  # a Hub file's signed URL refused (403/410) within one fetch: resolved again this many times
 TIMEOUT_SECONDS = 60.0  # per request, async filesystems; the Hub client has its own
+MIN_SPEED = 1024.0  # bytes/s: an HTTP answer slower than this over SLOW_SECONDS is abandoned
+SLOW_SECONDS = 30.0
 
 
 @dataclass(frozen=True, eq=False)
@@ -44,7 +46,10 @@ class RemoteAccess:
     ``timeout`` / ``retries``: per request, and how often a failed one is tried again.
     ``max_wait``: the seconds one request may spend waiting when servers ask it to (429/503
     with ``Retry-After`` or ``RateLimit``), over all such waits; those waits are not retries
-    (server_waits.py)."""
+    (server_waits.py). ``min_speed`` / ``slow_seconds``: the speed floor of HTTP answers: one
+    slower than ``min_speed`` bytes/s over ``slow_seconds`` (or silent that long) is abandoned
+    and tried once more, so a trickling server is an error in about twice ``slow_seconds``
+    rather than ``retries`` times ``timeout``."""
 
     storage_options: dict = field(default_factory=dict)
     cache_dir: str | None = None
@@ -52,10 +57,12 @@ class RemoteAccess:
     timeout: float = TIMEOUT_SECONDS
     retries: int = RETRIES
     max_wait: float = MAX_WAIT_SECONDS
+    min_speed: float = MIN_SPEED
+    slow_seconds: float = SLOW_SECONDS
 
     def _key(self) -> str:
         return json.dumps([self.storage_options, self.cache_dir, self.max_cache_bytes, self.timeout, self.retries,
-                           self.max_wait], sort_keys=True, default=repr)
+                           self.max_wait, self.min_speed, self.slow_seconds], sort_keys=True, default=repr)
 
     def __eq__(self, other) -> bool:
         return isinstance(other, RemoteAccess) and self._key() == other._key()

@@ -46,7 +46,7 @@ def _status(error) -> int | None:
 
 def classify(error) -> str:
     """``"changed"`` (the object is not the one opened), ``"retry"`` or ``"fatal"``."""
-    if isinstance(error, (ShortBody, WrongRange)):
+    if isinstance(error, (ShortBody, WrongRange, SlowBody)):
         return "retry"
     if isinstance(error, (FileNotFoundError, OtherVersion)):
         return "changed"
@@ -67,6 +67,11 @@ def classify(error) -> str:
 
 class ShortBody(Exception):
     pass
+
+
+class SlowBody(Exception):
+    """An answer slower than the speed floor (RemoteAccess ``min_speed`` over ``slow_seconds``):
+    abandoned, and tried once more (a server that trickles twice is slow, not unlucky)."""
 
 
 class WrongRange(Exception):

@@ -43,7 +43,7 @@ import threading
 import time
 
 from ...errors import RemoteReadError
-from .answers import check_answer, check_length
+from .answers import SlowBody, check_answer, check_length
 from .http import HttpTarget, trusted_environment
 from .objects import RemoteObject
 from .process_state import per_process
@@ -100,11 +100,11 @@ class _Target:
 class _Batch(_RequestBatch):
     """The requests of one fetch (request_queue.Batch), with what libcurl is given for each file."""
 
-    __slots__ = ("targets", "timeout")
+    __slots__ = ("targets", "timeout", "floor")
 
-    def __init__(self, parts, targets, retries, timeout, priority, dropped, max_wait):
+    def __init__(self, parts, targets, retries, timeout, priority, dropped, max_wait, floor):
         super().__init__(parts, None, retries, priority, dropped, max_wait)
-        self.targets, self.timeout = targets, timeout
+        self.targets, self.timeout, self.floor = targets, timeout, floor
 
 
 class _Transfer:
@@ -271,6 +271,9 @@ class _Transfers:
         if target.proxy_auth:
             handle.setopt(pycurl.PROXYUSERPWD, target.proxy_auth)
         handle.setopt(pycurl.TIMEOUT_MS, int(batch.timeout * 1000))
+        # The speed floor: libcurl abandons a transfer slower than this many bytes/s over this many seconds.
+        handle.setopt(pycurl.LOW_SPEED_LIMIT, max(1, int(batch.floor[0])))
+        handle.setopt(pycurl.LOW_SPEED_TIME, max(1, round(batch.floor[1])))
         handle.setopt(pycurl.HEADERFUNCTION, transfer.header)
         handle.setopt(pycurl.WRITEFUNCTION, transfer.write)
         handle.transfer = (batch, i, attempt, transfer)
@@ -305,6 +308,8 @@ class _Transfers:
         try:
             if failure is not None and failure[0] != _TOO_MUCH:
                 code, message = failure
+                if code in _TIMEOUTS and "too slow" in message.lower():
+                    raise SlowBody(f"libcurl: {message}")
                 if code in _TIMEOUTS:
                     raise TimeoutError(f"libcurl: {message}")
                 raise (ConnectionError(f"libcurl error {code}: {message}") if code in _RETRIED
@@ -331,7 +336,8 @@ def fetch(access, fs, parts, dropped: threading.Event | None = None, priority: i
     for obj, _, _, route in parts:
         if (obj.url, id(route)) not in targets:
             targets[obj.url, id(route)] = _Target(fs, obj, route, environment)
-    batch = _Batch(parts, targets, access.retries, access.timeout, priority, dropped, access.max_wait)
+    batch = _Batch(parts, targets, access.retries, access.timeout, priority, dropped, access.max_wait,
+                   (access.min_speed, access.slow_seconds))
     transfers = per_process("libcurl transfers", lambda: _Transfers(REQUESTS_IN_FLIGHT))
     transfers.submit(batch)
     return batch.wait(transfers.call_locked)

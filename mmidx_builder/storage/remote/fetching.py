@@ -61,14 +61,15 @@ def fetch_async(access, fs, parts, dropped: threading.Event | None = None,
     if type(fs).__name__ == "HTTPFileSystem":
         import aiohttp
 
-        timeout = aiohttp.ClientTimeout(total=access.timeout)
+        timeout = aiohttp.ClientTimeout(total=access.timeout, sock_read=access.slow_seconds)
+        floor = (access.min_speed, access.slow_seconds)
         environment = trusted_environment() if fs.client_kwargs.get("trust_env") else None
         targets = {}  # (url, route) -> HttpTarget, made on the loop's thread
 
         async def send(obj, start, stop, route):
             target = targets.get((obj.url, id(route)))
             if target is None:
-                target = targets[obj.url, id(route)] = HttpTarget(fs, obj, route, environment, timeout)
+                target = targets[obj.url, id(route)] = HttpTarget(fs, obj, route, environment, timeout, floor)
             return await target.get(fs._session or await fs.set_session(), start, stop)
     else:
         async def send(obj, start, stop, route):

@@ -8,7 +8,7 @@ import functools
 import os
 import threading
 
-from .answers import ShortBody, check_answer
+from .answers import ShortBody, SlowBody, check_answer
 from .server_waits import PAUSES, host_of
 from .objects import RemoteObject
 from .process_state import per_process
@@ -91,9 +91,12 @@ class HttpTarget:
     Ranges ask for the identity encoding: aiohttp would ask for gzip and decode it, libcurl
     would not, and a range of encoded bytes is not the file's range anyway."""
 
-    __slots__ = ("obj", "url", "headers", "options", "version", "host")
+    __slots__ = ("obj", "url", "headers", "options", "version", "host", "floor")
 
-    def __init__(self, fs, obj: RemoteObject, route, environment: tuple | None, timeout):
+    def __init__(self, fs, obj: RemoteObject, route, environment: tuple | None, timeout,
+                 floor: tuple[float, float] | None = None):
+        """``floor``: ``(bytes/s, seconds)``, the speed below which an answer is abandoned
+        (aiohttp's ``sock_read`` in ``timeout`` catches a server that sends nothing at all)."""
         options = dict(fs.kwargs)
         options.setdefault("timeout", timeout)
         headers = dict(options.pop("headers", None) or {})
@@ -113,6 +116,7 @@ class HttpTarget:
         self.obj, self.url, self.headers, self.options = obj, url, headers, options
         self.version = obj.version if route is None else None
         self.host = host_of(url)
+        self.floor = floor
 
     async def get(self, session, start: int, stop: int) -> bytes:
         obj = self.obj
@@ -120,10 +124,30 @@ class HttpTarget:
         if pause:  # the host asked to be left alone (server_waits): not a request before then
             await asyncio.sleep(pause)
         headers = {**self.headers, "Range": f"bytes={start}-{stop - 1}"}
-        async with session.get(self.url, headers=headers, auto_decompress=False, **self.options) as response:
-            if not check_answer(obj, start, stop, response.status, response.headers, response.url, self.version):
-                return await response.read()
-            return await _slice(response.content, start, stop)
+        try:
+            async with session.get(self.url, headers=headers, auto_decompress=False, **self.options) as response:
+                if not check_answer(obj, start, stop, response.status, response.headers, response.url, self.version):
+                    return await self._body(response.content)
+                return await _slice(response.content, start, stop)
+        except asyncio.TimeoutError as error:  # aiohttp's sock_read: nothing for the floor's seconds
+            if self.floor is None or not type(error).__name__ == "SocketTimeoutError":
+                raise
+            raise SlowBody(f"no byte from {self.url.host}:{self.url.port} for {self.floor[1]:g} s") from error
+
+    async def _body(self, content) -> bytes:
+        """The body, abandoned once it has come slower than the floor for longer than its seconds."""
+        if self.floor is None:
+            return await content.read()
+        speed, seconds = self.floor
+        clock = asyncio.get_running_loop().time
+        began, chunks, received = clock(), [], 0
+        async for chunk in content.iter_any():
+            chunks.append(chunk)
+            received += len(chunk)
+            elapsed = clock() - began
+            if elapsed > seconds and received < speed * elapsed:
+                raise SlowBody(f"{received} bytes in {elapsed:.1f} s, slower than {speed:,.0f} bytes/s")
+        return b"".join(chunks)
 
 
 async def _slice(body, start: int, stop: int) -> bytes:

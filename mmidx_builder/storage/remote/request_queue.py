@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ...errors import RemoteReadError
 from . import process_state
-from .answers import check_length, classify, typed_error
+from .answers import SlowBody, check_length, classify, typed_error
 from .objects import RemoteObject
 from .process_state import per_process
 from .server_waits import MAX_WAIT_SECONDS, PAUSES, host_of
@@ -74,7 +74,7 @@ class Batch:
     body, or the first error) through ``future``, which the calling thread waits on."""
 
     __slots__ = ("parts", "send", "retries", "priority", "dropped", "results", "remaining", "sent", "future",
-                 "max_wait", "waited")
+                 "max_wait", "waited", "slowed")
 
     def __init__(self, parts, send, retries: int, priority: int, dropped: threading.Event | None,
                  max_wait: float = MAX_WAIT_SECONDS):
@@ -87,6 +87,7 @@ class Batch:
         self.future = concurrent.futures.Future()
         self.max_wait = max_wait
         self.waited = {}  # part -> seconds it waited as servers asked
+        self.slowed = set()  # parts an answer of was slower than the speed floor (answers.SlowBody)
 
     async def request(self, i: int) -> None:
         """Part i, retried with backoff while that is safe; its body, or the batch's error."""
@@ -136,7 +137,10 @@ class Batch:
             delay = max(seconds, PAUSES.remaining(host))
             self.waited[i] = waited + delay
             return delay, attempt
-        if classify(error) != "retry" or attempt >= self.retries:
+        slow_again = isinstance(error, SlowBody) and i in self.slowed  # tried once more, no further
+        if isinstance(error, SlowBody):
+            self.slowed.add(i)
+        if classify(error) != "retry" or attempt >= self.retries or slow_again:
             failure = typed_error(obj, start, stop, error, attempt + 1)
             failure.__cause__ = error
             self.fail(failure)
