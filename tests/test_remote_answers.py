@@ -168,6 +168,19 @@ def test_a_rate_limited_read_waits_as_told_without_using_retries_and_logs_once(s
     assert "wait" in told[0].getMessage()
 
 
+def test_opening_waits_as_told_too(served, caplog):
+    """The HEAD that opens a file waits out a 429 as the ranged reads do, without retries."""
+    folder, prefix = served
+    pieces, expected = pieces_and_expected(prefix)
+    with RangeServer(folder) as server:
+        server.limit["corpus"] = 2  # the .idx's and the .bin's first answers (HEAD or GET)
+        with caplog.at_level(logging.INFO):
+            remote = IndexedFile.open(server.url + "/corpus", opener=fast(retries=0))
+            got = remote.read_pieces(*pieces)
+        assert server.limit["corpus"] == 0
+    np.testing.assert_array_equal(got, expected)
+
+
 def test_a_wait_longer_than_the_bound_is_an_error_naming_the_host(served):
     folder, prefix = served
     with RangeServer(folder) as server:

@@ -24,7 +24,7 @@ from .hub_routes import HubRoute
 from .index_files import index_bytes
 from .objects import RemoteObject
 from .request_queue import REQUESTS_IN_FLIGHT, backoff, fetch_context, pool
-from .server_waits import MAX_WAIT_SECONDS
+from .server_waits import MAX_WAIT_SECONDS, PAUSES, asked_wait, host_of
 
 logger = logging.getLogger(__name__)
 _LOCK = threading.Lock()
@@ -126,14 +126,34 @@ class RemoteAccess:
     def stat(self, url: str) -> RemoteObject:
         """Size and version of ``url`` (one request, retried); FileNotFoundError if absent."""
         fs, path = self.filesystem(url)
-        for attempt in range(self.retries + 1):
+        attempt, waited = 0, 0.0
+        while True:
             try:
                 info = fs.info(path)
                 break
             except Exception as error:  # noqa: BLE001 (classified below)
+                if isinstance(error, FileNotFoundError) and status_of(error.__cause__) not in (None, 404):
+                    # fsspec's HTTP info calls every failed HEAD "not found": a 429 or a 503 is not.
+                    cause = error.__cause__
+                    error = RemoteReadError(url, 0, 0, f"{type(cause).__name__}: {cause}")
+                    error.__cause__ = cause
+                    if classify(cause) == "retry":
+                        error = cause
+                status, headers = status_of(error), getattr(error, "headers", None)
+                told = asked_wait(status, headers) if status is not None and headers is not None else None
+                if told is not None and waited + told[0] <= self.max_wait:  # as a ranged read waits (server_waits)
+                    host = host_of(url)
+                    PAUSES.pause(host, told[0], told[1], self.max_wait)
+                    time.sleep(max(told[0], PAUSES.remaining(host)))
+                    waited += told[0]
+                    continue
                 if classify(error) != "retry" or attempt == self.retries:
-                    raise
+                    if status is None or isinstance(error, (FileNotFoundError, RemoteReadError)):
+                        raise error
+                    raise RemoteReadError(url, 0, 0, f"{type(error).__name__}: {error} "
+                                                     f"(after {attempt + 1} attempt(s))") from error
                 time.sleep(backoff(attempt))
+                attempt += 1
         size = info.get("size")
         if size is None:
             raise RemoteReadError(url, 0, 0, "the server reports no size; ranged reads need one")
