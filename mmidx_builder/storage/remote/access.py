@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from ...errors import MissingPartnerError, RemoteReadError
 from ..files import is_remote
-from .answers import _status as status_of
+from .answers import status_of
 from .answers import classify
 from .block_cache import cache_for
 from .fetching import fetch_async, fetch_threads

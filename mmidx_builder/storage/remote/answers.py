@@ -25,7 +25,7 @@ from .server_waits import asked_wait
 logger = logging.getLogger(__name__)
 
 
-def _status(error) -> int | None:
+def status_of(error) -> int | None:
     """The HTTP status behind an error, of any client (aiohttp, requests/httpx, botocore), also
     through the causes s3fs and huggingface_hub chain to the errors they raise."""
     seen = 0
@@ -50,7 +50,7 @@ def classify(error) -> str:
         return "retry"
     if isinstance(error, (FileNotFoundError, OtherVersion)):
         return "changed"
-    status = _status(error)
+    status = status_of(error)
     if status in (412, 416):
         return "changed"
     if status is not None:
@@ -92,7 +92,7 @@ def check_length(obj: RemoteObject, start: int, stop: int, data: bytes) -> bytes
 
 
 class HTTPStatus(Exception):
-    """An HTTP answer that is not the range: ``status`` is what _status reads; ``wait``:
+    """An HTTP answer that is not the range: ``status`` is what status_of reads; ``wait``:
     ``(seconds, why)`` the server asked the client to wait (server_waits.asked_wait), or None."""
 
     def __init__(self, status: int, url, wait: tuple[float, str] | None = None):
