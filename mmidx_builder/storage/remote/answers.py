@@ -20,7 +20,7 @@ import threading
 
 from ...errors import RemoteChangedError, RemoteReadError
 from .objects import RemoteObject
-from .server_waits import asked_wait
+from .server_waits import asked_wait, host_of
 
 logger = logging.getLogger(__name__)
 
@@ -118,7 +118,7 @@ def check_answer(obj: RemoteObject, start: int, stop: int, status: int, headers,
     get = headers.get
     if status == 404:
         raise FileNotFoundError(obj.url)
-    if status >= 300 or status not in (200, 206):
+    if status not in (200, 206):
         raise HTTPStatus(status, url, asked_wait(status, headers))
     encoding = get("content-encoding")
     if encoding and encoding.strip().lower() != "identity":
@@ -149,7 +149,7 @@ def check_answer(obj: RemoteObject, start: int, stop: int, status: int, headers,
                            "as opened")
     if (start, stop) == (0, obj.size):
         return False
-    host = getattr(url, "host", None) or str(url).split("/")[2]
+    host = host_of(url)
     with _IGNORES_RANGE_LOCK:
         fresh = host not in _IGNORES_RANGE
         _IGNORES_RANGE.add(host)
