@@ -254,6 +254,20 @@ def main() -> None:
                 result = in_subprocess(spec("hf://datasets/me/bench/corpus.bin", args.samples), env)
                 got = hub.downloads_of("corpus.bin")
                 rows.append(("hub", latency, result, len(got), sum(d.sent for d in got), args.samples))
+            # As huggingface.co serves large files: /resolve/ redirects to a CDN at signed URLs, and
+            # resolver requests are rate-limited (100 per 5-minute window here).
+            hub.redirect, hub.resolver_limit = True, (100, 300)
+            for latency in latencies:
+                hub.latency = latency / 1000
+                hub.downloads.clear()
+                first = len(hub.requests)
+                result = in_subprocess(spec("hf://datasets/me/bench/corpus.bin", args.samples), env)
+                got = hub.downloads_of("corpus.bin")
+                resolves = sum(1 for r in hub.requests[first:]
+                               if "/resolve/" in r["path"] and r["path"].endswith("/corpus.bin"))
+                rows.append((f"hub, CDN redirects, rate-limited resolver ({resolves} /resolve/ of the .bin)", latency,
+                             result, len(got), sum(d.sent for d in got), args.samples))
+            hub.redirect, hub.resolver_limit = False, None
 
     if "s3" in backends:
         with LocalS3() as s3:

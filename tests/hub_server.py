@@ -20,12 +20,24 @@ What it answers, in the shapes huggingface_hub 2.x parses (``hf_api.py``, ``file
     POST /api/datasets/{repo}/paths-info/{rev}        listing of named paths
     HEAD|GET /datasets/{repo}/resolve/{rev}/{path}    file bytes; one HTTP Range honoured
 
+With ``redirect`` set, ``/resolve/`` answers as the Hub does for files in LFS or Xet storage:
+302 to a second server on another loopback port (the CDN), at a signed URL that expires
+after ``signed_seconds`` (``?Expires=<unix time>&Signature=<hmac>``; expired or forged: 403,
+as CloudFront answers), with the file's ``X-Linked-Etag`` (its sha256), ``X-Linked-Size`` and
+``X-Repo-Commit``. The CDN's own ``ETag`` is the file's md5, as S3's, not the Hub's.
+``revoke_after = n`` refuses every URL signed so far once the CDN has had n requests (a key
+rotation). ``resolver_limit = (quota, window seconds)`` rate-limits ``/resolve/`` requests as the Hub's
+"resolvers" bucket: a fixed window, ``RateLimit: "resolvers";r=<left>;t=<seconds to reset>``
+and ``RateLimit-Policy`` on every resolver answer, and 429 with ``Retry-After`` once the quota
+is spent.
+
 Revisions are branch names or commit shas. A private repo answers 401 ``RepoNotFound`` (as
 the Hub does) unless the request carries ``Authorization: Bearer <token>`` with the token
 the server was made with. Files carry no Xet or LFS metadata, so huggingface_hub reads them
 over plain HTTP: the Xet transfer the real Hub uses for large files is not exercised here.
 
-Records: ``requests`` (every request: method, path, authorization header, body), ``downloads``
+Records: ``requests`` (every request: method, path, authorization header, body), ``cdn_requests``
+(every request to the CDN: method, path, authorization header, range, status), ``downloads``
 (every file response: path, byte range, bytes actually written) and ``committed`` (the files
 of the last commit). Faults: ``fail`` (path fragment -> (status, message)), ``drop`` (path
 fragments whose connection is closed without an answer), ``cut`` (path regex -> number of
@@ -41,7 +53,9 @@ import base64
 import contextlib
 import dataclasses
 import hashlib
+import hmac
 import json
+import math
 import re
 import socket
 import threading
@@ -114,6 +128,15 @@ class LocalHub(ThreadingHTTPServer):
         self.stall: dict[str, int] = {}
         self.stall_seconds = 3.0
         self.latency = 0.0  # seconds added before every answer
+        self.redirect = False  # /resolve/ answers 302 to the CDN (see the module docstring)
+        self.signed_seconds = 3600.0
+        self.resolver_limit: tuple[int, float] | None = None  # (quota, window seconds)
+        self.revoke_after: int | None = None  # after this many CDN requests, every URL signed so far is refused
+        self._resolver_window = (0.0, 0)  # (start, resolver requests in it)
+        self.cdn_requests: list[dict] = []
+        self._cdn_etags: dict[str, str] = {}
+        self._secret = hashlib.sha256(str(id(self)).encode()).digest()
+        self.cdn = _Cdn(self)
         self._stopping = threading.Event()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -131,12 +154,60 @@ class LocalHub(ThreadingHTTPServer):
     def start(self) -> "LocalHub":
         self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self._thread.start()
+        threading.Thread(target=self.cdn.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
         return self
 
     def stop(self) -> None:
         self._stopping.set()  # releases stalled answers at once
         self.shutdown()
         self.server_close()
+        self.cdn.shutdown()
+        self.cdn.server_close()
+
+    # --- the CDN's signed URLs ----------------------------------------------------------
+
+    def _signature(self, path: str, expires: int) -> str:
+        return hmac.new(self._secret, f"{path}:{expires}".encode(), hashlib.sha256).hexdigest()
+
+    def signed_url(self, sha256: str) -> str:
+        path = f"/blobs/{sha256}"
+        expires = math.ceil(time.time() + self.signed_seconds)  # at least signed_seconds from now
+        return f"{self.cdn.url}{path}?Expires={expires}&Signature={self._signature(path, expires)}"
+
+    def _blob(self, sha256: str) -> bytes | None:
+        with self._lock:
+            for repo in self.repos.values():
+                for sha, etags in repo.etags.items():
+                    for path, digest in etags.items():
+                        if digest == sha256:
+                            return repo.commits[sha][path]
+        return None
+
+    def cdn_etag(self, sha256: str, data: bytes) -> str:
+        """The CDN's ETag of a blob: its md5 (as S3's), computed once (hashing a 20 MB .bin per
+        ranged read made every request cost tens of ms)."""
+        with self._lock:
+            etag = self._cdn_etags.get(sha256)
+        if etag is None:
+            etag = hashlib.md5(data).hexdigest()
+            with self._lock:
+                self._cdn_etags[sha256] = etag
+        return etag
+
+    def _take_resolver_request(self) -> tuple[int, int, int, float] | None:
+        """(quota, left, seconds to reset, window) after counting one resolver request, None
+        without a limit; ``left`` < 0: over the quota."""
+        if self.resolver_limit is None:
+            return None
+        quota, window = self.resolver_limit
+        with self._lock:
+            start, count = self._resolver_window
+            now = time.monotonic()
+            if now - start >= window:
+                start, count = now, 0
+            count += 1
+            self._resolver_window = (start, count)
+        return quota, quota - count, max(1, int(start + window - now + 0.999)), window
 
     def __enter__(self) -> "LocalHub":
         return self.start()
@@ -400,6 +471,16 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _resolve(self, repo_id: str, revision: str, name: str, head: bool) -> None:
         hub = self.server
+        limit = hub._take_resolver_request()
+        rate_headers = {}
+        if limit is not None:
+            quota, left, reset, window = limit
+            rate_headers = {"RateLimit": f'"resolvers";r={max(0, left)};t={reset}',
+                            "RateLimit-Policy": f'"fixed window";"resolvers";q={quota};w={int(window)}'}
+            if left < 0:
+                return self._json(429, {"error": "You have exceeded the rate limit for resolvers"},
+                                  {**rate_headers, "Retry-After": str(reset),
+                                   "X-Error-Message": "rate limit for resolvers"}, head=head)
         repo = self._visible_repo(repo_id, head=head)
         if repo is None:
             return
@@ -409,6 +490,11 @@ class _Handler(BaseHTTPRequestHandler):
         data = repo.commits[sha].get(name)
         if data is None:
             return self._error(404, "EntryNotFound", f"{name} does not exist at {revision}", head=head)
+        if hub.redirect:
+            etag = repo.etags[sha][name]
+            return self._send(302, headers={**rate_headers, "Location": hub.signed_url(etag),
+                                            "X-Linked-Etag": f'"{etag}"', "X-Linked-Size": len(data),
+                                            "X-Repo-Commit": sha, "ETag": f'"{repo.oids[sha][name]}"'}, head=head)
         if not head and self._take_fault(hub.stall):
             hub._stopping.wait(hub.stall_seconds)
         size = len(data)
@@ -418,6 +504,8 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._send(416, headers={"Content-Range": f"bytes */{size}"})
         etag = repo.etags[sha][name]
         self.send_response(206 if ranged else 200)
+        for key, value in rate_headers.items():
+            self.send_header(key, value)
         self.send_header("Accept-Ranges", "bytes")
         self.send_header("ETag", f'"{etag}"')
         self.send_header("X-Repo-Commit", sha)
@@ -431,6 +519,10 @@ class _Handler(BaseHTTPRequestHandler):
         record = Download(path=f"{repo_id}/{revision}/{name}", name=name, start=start, stop=stop, size=size,
                           ranged=ranged)
         hub.downloads.append(record)
+        self._send_body(data, start, stop, record)
+
+    def _send_body(self, data: bytes, start: int, stop: int, record: "Download") -> None:
+        hub = self.server
         record.cut = self._take_fault(hub.cut)
         cut_at = start + (stop - start) // 2 if record.cut else stop
         position = start
@@ -449,6 +541,94 @@ class _Handler(BaseHTTPRequestHandler):
             with contextlib.suppress(OSError):
                 self.wfile.flush()
                 self.connection.shutdown(socket.SHUT_RDWR)
+
+
+class _Cdn(ThreadingHTTPServer):
+    """The second host ``/resolve/`` redirects to (LocalHub.redirect): ``/blobs/<sha256>`` at
+    URLs the hub signed, Range honoured, the file's md5 as ``ETag``."""
+
+    daemon_threads = True
+    request_queue_size = 256
+
+    def __init__(self, hub: LocalHub):
+        super().__init__(("127.0.0.1", 0), _CdnHandler)
+        self.hub = hub
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+    def handle_error(self, request, client_address) -> None:
+        import sys
+
+        if not isinstance(sys.exc_info()[1], ConnectionError):  # a client that hung up (a stream that stopped)
+            self.hub.errors.append(traceback.format_exc())
+
+    def __getattr__(self, name):  # the hub's faults (cut, stall) and its lock
+        if name in ("cut", "stall", "stall_seconds", "_lock", "_stopping"):
+            return getattr(self.hub, name)
+        raise AttributeError(name)
+
+
+class _CdnHandler(_Handler):
+    server: _Cdn
+
+    def do_POST(self):
+        self._send(405)
+
+    def _handle(self, head: bool = False):
+        hub = self.server.hub
+        if hub.latency:
+            time.sleep(hub.latency)
+        path, _, query = self.path.partition("?")
+        params = {k: v[0] for k, v in urllib.parse.parse_qs(query).items()}
+        record = {"method": self.command, "path": path, "authorization": self.headers.get("Authorization"),
+                  "range": self.headers.get("Range"), "status": None}
+        hub.cdn_requests.append(record)
+        with hub._lock:
+            if hub.revoke_after is not None and len(hub.cdn_requests) > hub.revoke_after:
+                hub.revoke_after = None
+                hub._secret = hashlib.sha256(hub._secret).digest()  # a new key: old signatures no longer hold
+        try:
+            expires = int(params.get("Expires", "0"))
+        except ValueError:
+            expires = 0
+        if not hmac.compare_digest(params.get("Signature", ""), hub._signature(path, expires)):
+            record["status"] = 403
+            return self._send(403, b"<Error><Code>AccessDenied</Code></Error>", head=head)
+        if time.time() > expires:
+            record["status"] = 403
+            return self._send(403, b"<Error><Code>AccessDenied</Code><Message>Request has expired</Message></Error>",
+                              head=head)
+        match = re.fullmatch(r"/blobs/([0-9a-f]{64})", path)
+        data = hub._blob(match.group(1)) if match else None
+        if data is None:
+            record["status"] = 404
+            return self._send(404, head=head)
+        size = len(data)
+        start, stop, ranged = byte_range(self.headers.get("Range"), size)
+        if ranged and start >= size and size:
+            record["status"] = 416
+            return self._send(416, headers={"Content-Range": f"bytes */{size}"}, head=head)
+        record["status"] = 206 if ranged else 200
+        self.send_response(record["status"])
+        self.send_header("Accept-Ranges", "bytes")
+        self.send_header("ETag", f'"{hub.cdn_etag(match.group(1), data)}"')
+        self.send_header("Content-Type", "application/octet-stream")
+        if ranged:
+            self.send_header("Content-Range", f"bytes {start}-{stop - 1}/{size}")
+        self.send_header("Content-Length", str(stop - start))
+        self.end_headers()
+        if head:
+            return
+        name = next((n for r in hub.repos.values() for c in r.commits.values() for n, d in c.items() if d is data),
+                    match.group(1))
+        record_download = Download(path=path, name=name, start=start, stop=stop, size=size, ranged=ranged)
+        hub.downloads.append(record_download)
+        try:
+            self._send_body(data, start, stop, record_download)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
 
 
 # --- pointing the clients at the server ----------------------------------------------------

@@ -14,13 +14,24 @@ at a time, by requests whose file name contains the key):
     drop[name]     closes the connection without an answer this many times
     cut[name]      sends the headers and half the body, then closes, this many times
     stall[name]    waits ``stall_seconds`` before answering this many times (client timeouts)
+    shift[name]    answers 206 with the right length but the bytes and ``Content-Range`` of
+                   ``shift_bytes`` further on (a proxy serving another request's bytes)
+    whole[name]    ignores ``Range``: answers 200 with the whole file
+    gzip[name]     answers ``Content-Encoding: gzip`` (the range's bytes gzipped), whatever
+                   the request's ``Accept-Encoding``
+    limit[name]    answers ``limit_status`` (429) with ``limit_headers`` (``Retry-After``,
+                   ``RateLimit``...) this many times
+    trickle[name]  sends the body one byte a second (headers at once), this many times
+    ignore_if_match  True: ``If-Match`` is ignored (a changed file is served with its new ETag)
 Records: ``sent`` / ``unranged`` (bytes by file name), ``whole_files_sent``, ``requests``
 (file name -> number of GETs), ``statuses`` (file name -> list of statuses answered),
-``max_in_flight`` (the most requests answered at once).
+``encodings`` (``Accept-Encoding`` headers of GETs -> count), ``max_in_flight`` (the most
+requests answered at once).
 """
 
 from __future__ import annotations
 
+import gzip
 import os
 import re
 import threading
@@ -94,6 +105,8 @@ class _RangeHandler(SimpleHTTPRequestHandler):
                 server.requests[name] = server.requests.get(name, 0) + 1
                 login = self.headers.get("Authorization")
                 server.logins[login] = server.logins.get(login, 0) + 1
+                encoding = self.headers.get("Accept-Encoding")
+                server.encodings[encoding] = server.encodings.get(encoding, 0) + 1
         if _take(server.stall, name, server.lock):
             time.sleep(server.stall_seconds)
         if _take(server.drop, name, server.lock):
@@ -106,10 +119,18 @@ class _RangeHandler(SimpleHTTPRequestHandler):
             self.send_header("Content-Length", "0")
             self.end_headers()
             return
+        if _take(server.limit, name, server.lock):
+            self._status(name, server.limit_status)
+            self.send_response(server.limit_status)
+            for key, value in server.limit_headers.items():
+                self.send_header(key, value)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         stat = os.stat(path)
         size = stat.st_size
         etag = f'"{size:x}-{stat.st_mtime_ns:x}"'
-        wanted = self.headers.get("If-Match")
+        wanted = None if server.ignore_if_match else self.headers.get("If-Match")
         if wanted and wanted != "*" and etag not in [t.strip() for t in wanted.split(",")]:
             self._status(name, 412)
             self.send_response(412)
@@ -117,6 +138,12 @@ class _RangeHandler(SimpleHTTPRequestHandler):
             self.end_headers()
             return
         start, stop, ranged = byte_range(self.headers.get("Range"), size)
+        if ranged and _take(server.whole, name, server.lock):
+            start, stop, ranged = 0, size, False
+        if ranged and _take(server.shift, name, server.lock):  # the same length, elsewhere in the file
+            length = stop - start
+            start = min(start + server.shift_bytes, size - length)
+            stop = start + length
         if ranged:
             if start >= size and size:
                 self._status(name, 416)
@@ -132,9 +159,31 @@ class _RangeHandler(SimpleHTTPRequestHandler):
         self._status(name, 206 if ranged else 200)
         self.send_header("Accept-Ranges", "bytes")
         self.send_header("ETag", etag)
+        if body and _take(server.gzip, name, server.lock):
+            with open(path, "rb") as f:
+                f.seek(start)
+                encoded = gzip.compress(f.read(stop - start))
+            self.send_header("Content-Encoding", "gzip")
+            self.send_header("Content-Length", str(len(encoded)))
+            self.end_headers()
+            self.wfile.write(encoded)
+            return
         self.send_header("Content-Length", str(stop - start))
         self.end_headers()
         if not body:
+            return
+        if _take(server.trickle, name, server.lock):
+            with open(path, "rb") as f:
+                f.seek(start)
+                body = f.read(stop - start)
+            for i in range(len(body)):
+                time.sleep(1.0)
+                try:
+                    self.wfile.write(body[i:i + 1])
+                    self.wfile.flush()
+                except (BrokenPipeError, ConnectionResetError):
+                    self.close_connection = True
+                    return
             return
         cut = _take(server.cut, name, server.lock)
         remaining = stop - start
@@ -197,8 +246,13 @@ class RangeServer:
         httpd.statuses = {}          # statuses answered, by file name (0: dropped)
         httpd.in_flight = httpd.max_in_flight = 0  # requests being answered at once, and the most seen
         httpd.latency, httpd.bandwidth = latency, bandwidth
+        httpd.encodings = {}         # GETs by Accept-Encoding header
         httpd.fail, httpd.drop, httpd.cut, httpd.stall = {}, {}, {}, {}
+        httpd.shift, httpd.whole, httpd.gzip, httpd.limit, httpd.trickle = {}, {}, {}, {}, {}
         httpd.stall_seconds = 3.0
+        httpd.shift_bytes = 4096
+        httpd.limit_status, httpd.limit_headers = 429, {"Retry-After": "1"}
+        httpd.ignore_if_match = False
         if ssl_context is not None:  # HTTPS: each connection's TLS handshake in its own thread
             httpd.socket = ssl_context.wrap_socket(httpd.socket, server_side=True, do_handshake_on_connect=False)
         scheme = "https" if ssl_context is not None else "http"
@@ -206,13 +260,14 @@ class RangeServer:
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
 
     def __getattr__(self, name):
-        # sent, unranged, whole_files_sent, requests, statuses, latency, bandwidth, fail, drop, cut, stall...
+        # sent, unranged, whole_files_sent, requests, statuses, latency, bandwidth, fail, drop, cut, stall, shift...
         if name.startswith("_"):
             raise AttributeError(name)
         return getattr(self._httpd, name)
 
     def __setattr__(self, name, value):
-        if name in ("latency", "bandwidth", "stall_seconds"):
+        if name in ("latency", "bandwidth", "stall_seconds", "shift_bytes", "limit_status", "limit_headers",
+                    "ignore_if_match"):
             setattr(self._httpd, name, value)
         else:
             super().__setattr__(name, value)

@@ -144,9 +144,10 @@ class FileBinReader(BinReader):
 
 
 class IndexInMemory:
-    """An ``.idx`` read whole into memory (a remote one): the same ``read``/``entries`` as a
-    local :class:`~mmidx_builder.storage.mapped.MappedFile`, as views of the bytes (nothing can
-    truncate them)."""
+    """An ``.idx`` read whole (a remote one): the same ``read``/``entries`` as a local
+    :class:`~mmidx_builder.storage.mapped.MappedFile`, as views of the bytes (nothing can
+    truncate them): ``bytes``, or a read-only ``mmap`` of its private copy on disk (a large
+    one, remote.index_files)."""
 
     def __init__(self, data: bytes, path: str):
         self._data, self.path, self.size = memoryview(data), path, len(data)

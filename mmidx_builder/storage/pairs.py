@@ -6,6 +6,7 @@ format layer gets the index's bytes and a reader behind the seam (bin_readers.Bi
 
 from __future__ import annotations
 
+import mmap
 import os
 from dataclasses import dataclass
 from typing import Callable
@@ -38,7 +39,7 @@ def open_pair(idx_path: str, bin_path: str, opener=None,
     access = remote_access_for(opener, bin_path)
     if access is not None:
         idx, bin_object = access.open_pair(idx_path, bin_path)
-        return OpenedPair(IndexInMemory(bytes(idx), idx_path),
+        return OpenedPair(IndexInMemory(idx if isinstance(idx, mmap.mmap) else bytes(idx), idx_path),
                           lambda dtype: RemoteBinReader(bin_path, dtype, access, bin_object))
     check_partners(idx_path, bin_path, opener)
     expected_idx, expected_bin = expected_identities or (None, None)

@@ -5,7 +5,9 @@ picklable, and callable like ``open`` for the few text files read remotely."""
 
 from __future__ import annotations
 
+import itertools
 import json
+import logging
 import os
 import threading
 import time
@@ -13,36 +15,54 @@ from dataclasses import dataclass, field
 
 from ...errors import MissingPartnerError, RemoteReadError
 from ..files import is_remote
+from .answers import status_of
 from .answers import classify
 from .block_cache import cache_for
 from .fetching import fetch_async, fetch_threads
 from .http import http_client, io_loop
+from .hub_routes import HubRoute
+from .index_files import index_bytes
 from .objects import RemoteObject
 from .request_queue import REQUESTS_IN_FLIGHT, backoff, fetch_context, pool
+from .server_waits import MAX_WAIT_SECONDS, PAUSES, asked_wait, host_of
 
+logger = logging.getLogger(__name__)
 _LOCK = threading.Lock()
 
 # A longer run is fetched in parts of this size, in parallel, and joined.
 MAX_REQUEST_BYTES = 8 << 20
 RETRIES = 5
+REFUSALS = 4  # a Hub file's signed URL refused (403/410) within one fetch: resolved again this many times
 TIMEOUT_SECONDS = 60.0  # per request, async filesystems; the Hub client has its own
+MIN_SPEED = 1024.0  # bytes/s: an HTTP answer slower than this over SLOW_SECONDS is abandoned
+SLOW_SECONDS = 30.0
 
 
 @dataclass(frozen=True, eq=False)
 class RemoteAccess:
     """How remote files are reached. ``storage_options``: fsspec options, per protocol
     (``{"s3": {"endpoint_url": ...}}``) or flat (used for any protocol), as ``datasets``
-    takes them. ``cache_dir`` / ``max_cache_bytes``: the optional local block cache."""
+    takes them. ``cache_dir`` / ``max_cache_bytes``: the optional local block cache.
+    ``timeout`` / ``retries``: per request, and how often a failed one is tried again.
+    ``max_wait``: the seconds one request may spend waiting when servers ask it to (429/503
+    with ``Retry-After`` or ``RateLimit``), over all such waits; those waits are not retries
+    (server_waits.py). ``min_speed`` / ``slow_seconds``: the speed floor of HTTP answers: one
+    slower than ``min_speed`` bytes/s over ``slow_seconds`` (or silent that long) is abandoned
+    and tried once more, so a trickling server is an error in about twice ``slow_seconds``
+    rather than ``retries`` times ``timeout``."""
 
     storage_options: dict = field(default_factory=dict)
     cache_dir: str | None = None
     max_cache_bytes: int | None = None
     timeout: float = TIMEOUT_SECONDS
     retries: int = RETRIES
+    max_wait: float = MAX_WAIT_SECONDS
+    min_speed: float = MIN_SPEED
+    slow_seconds: float = SLOW_SECONDS
 
     def _key(self) -> str:
-        return json.dumps([self.storage_options, self.cache_dir, self.max_cache_bytes, self.timeout, self.retries],
-                          sort_keys=True, default=repr)
+        return json.dumps([self.storage_options, self.cache_dir, self.max_cache_bytes, self.timeout, self.retries,
+                           self.max_wait, self.min_speed, self.slow_seconds], sort_keys=True, default=repr)
 
     def __eq__(self, other) -> bool:
         return isinstance(other, RemoteAccess) and self._key() == other._key()
@@ -106,14 +126,34 @@ class RemoteAccess:
     def stat(self, url: str) -> RemoteObject:
         """Size and version of ``url`` (one request, retried); FileNotFoundError if absent."""
         fs, path = self.filesystem(url)
-        for attempt in range(self.retries + 1):
+        attempt, waited = 0, 0.0
+        while True:
             try:
                 info = fs.info(path)
                 break
             except Exception as error:  # noqa: BLE001 (classified below)
+                if isinstance(error, FileNotFoundError) and status_of(error.__cause__) not in (None, 404):
+                    # fsspec's HTTP info calls every failed HEAD "not found": a 429 or a 503 is not.
+                    cause = error.__cause__
+                    error = RemoteReadError(url, 0, 0, f"{type(cause).__name__}: {cause}")
+                    error.__cause__ = cause
+                    if classify(cause) == "retry":
+                        error = cause
+                status, headers = status_of(error), getattr(error, "headers", None)
+                told = asked_wait(status, headers) if status is not None and headers is not None else None
+                if told is not None and waited + told[0] <= self.max_wait:  # as a ranged read waits (server_waits)
+                    host = host_of(url)
+                    PAUSES.pause(host, told[0], told[1], self.max_wait)
+                    time.sleep(max(told[0], PAUSES.remaining(host)))
+                    waited += told[0]
+                    continue
                 if classify(error) != "retry" or attempt == self.retries:
-                    raise
+                    if status is None or isinstance(error, (FileNotFoundError, RemoteReadError)):
+                        raise error
+                    raise RemoteReadError(url, 0, 0, f"{type(error).__name__}: {error} "
+                                                     f"(after {attempt + 1} attempt(s))") from error
                 time.sleep(backoff(attempt))
+                attempt += 1
         size = info.get("size")
         if size is None:
             raise RemoteReadError(url, 0, 0, "the server reports no size; ranged reads need one")
@@ -147,18 +187,33 @@ class RemoteAccess:
                 owners.append(i)
         results = [b""] * len(parts)
         by_fs: dict[int, tuple[object, list[int]]] = {}
-        routes = {}
+        hub_routes = {}
         for k, (obj, start, stop) in enumerate(parts):
-            if obj.url not in routes:
-                routes[obj.url] = self._http_route(obj.url) or (self.filesystem(obj.url)[0], None)
-            fs, route = routes[obj.url]
-            parts[k] = (obj, start, stop, route)
+            if obj.url not in hub_routes:
+                hub_routes[obj.url] = self._http_route(obj.url) or (self.filesystem(obj.url)[0], None)
+            fs, _ = hub_routes[obj.url]
             by_fs.setdefault(id(fs), (fs, []))[1].append(k)
         for fs, ks in by_fs.values():
-            chunk = [parts[k] for k in ks]
             dropped, priority = fetch_context()
-            got = (fetch_async(self, fs, chunk, dropped, priority) if getattr(fs, "async_impl", False)
-                   else fetch_threads(self, fs, chunk, dropped))
+            for refusals in itertools.count():
+                # A Hub file's route as it is now: (URL, headers), resolved when due (hub_routes.py).
+                current = {url: (route, _resolved(route, url)) for url, (f, route) in hub_routes.items()
+                           if f is fs and route is not None}
+                chunk = [(obj, start, stop, current[obj.url][1] if obj.url in current else None)
+                         for obj, start, stop in (parts[k] for k in ks)]
+                try:
+                    got = (fetch_async(self, fs, chunk, dropped, priority) if getattr(fs, "async_impl", False)
+                           else fetch_threads(self, fs, chunk, dropped))
+                    break
+                except RemoteReadError as error:
+                    # A signed URL refused (expired, revoked: 403/410) is resolved again, and the
+                    # gather fetched again: a few times (a gather outlasting a URL's life is
+                    # refused each time; the Hub's last an hour).
+                    refused = current.get(error.path)
+                    if refused is None or refusals == REFUSALS or status_of(error) not in (403, 410):
+                        raise
+                    logger.info(f"{error.path}: its signed URL was refused ({error.reason}); resolving it again")
+                    refused[0].refused(refused[1])
             for k, data in zip(ks, got):
                 results[k] = data
         if len(parts) == len(objects):
@@ -169,30 +224,30 @@ class RemoteAccess:
         return [b"".join(pieces) for pieces in joined]
 
     def _http_route(self, url: str):
-        """``(HTTP filesystem, (resolve URL, headers))`` a Hub file's ranges are fetched through,
-        else None. HfFileSystem fetches a range as one GET of the file's resolve URL with the
-        token's headers, in a thread each; the same GET on the HTTP filesystem's event loop costs
-        the client a fraction of the CPU (see _get_http)."""
+        """``(HTTP filesystem, HubRoute)`` a Hub file's ranges are fetched through, else None.
+        HfFileSystem fetches a range as one GET of the file's resolve URL with the token's
+        headers, in a thread each, and every such GET is a request to the Hub's resolver; here
+        the file is resolved once per process (hub_routes.py) and its ranges go to where the Hub
+        sends them, on the HTTP filesystem's event loop or libcurl."""
         if not url.startswith("hf://"):
             return None
         key = (os.getpid(), self._key(), url)
         with _LOCK:
             route = _ROUTES.get(key)
         if route is None:
-            from huggingface_hub.utils import build_hf_headers
-
             fs, path = self.filesystem(url)
             if type(fs).__name__ != "HfFileSystem":
                 return None
             resolve_url = fs.url(path)
-            route = (self.filesystem(resolve_url)[0], (resolve_url, build_hf_headers(token=fs.token)))
+            route = (self.filesystem(resolve_url)[0], HubRoute(resolve_url, fs.token))
             with _LOCK:
                 route = _ROUTES.setdefault(key, route)
         return route
 
-    def open_pair(self, idx_url: str, bin_url: str) -> tuple[bytes, RemoteObject]:
-        """The whole ``.idx`` (one request, or the block cache) and the ``.bin``'s object; a missing file of the
-        pair is a MissingPartnerError naming it."""
+    def open_pair(self, idx_url: str, bin_url: str) -> tuple[object, RemoteObject]:
+        """The ``.idx``'s bytes (index_files.index_bytes: in memory when small, else mapped from
+        a copy on disk) and the ``.bin``'s object; a missing file of the pair is a
+        MissingPartnerError naming it."""
         found = {}
         for url in (idx_url, bin_url):
             try:
@@ -205,9 +260,15 @@ class RemoteAccess:
             if found[missing] is None:
                 raise MissingPartnerError(missing, "file", "the partner of " + present, "no such file",
                                           hint="a .bin/.idx pair needs both files")
-        idx = found[idx_url]
-        (data,) = self.fetch([idx], [0], [idx.size]) if idx.size else (b"",)
-        return data, found[bin_url]
+        return index_bytes(self, found[idx_url]), found[bin_url]
+
+
+def _resolved(route: HubRoute, url: str) -> tuple[str, dict]:
+    """``route.current()``; a Hub that cannot resolve the file is a RemoteReadError naming it."""
+    try:
+        return route.current()
+    except Exception as error:  # noqa: BLE001 (huggingface_hub's errors, named with the file)
+        raise RemoteReadError(url, 0, 0, f"resolving {route.resolve_url}: {type(error).__name__}: {error}") from error
 
 
 _ROUTES: dict = {}  # (pid, access, hf:// URL) -> RemoteAccess._http_route

@@ -1,15 +1,31 @@
 """What an answer to a ranged read means, for every client: the range, a fault to retry, a
-changed file, or an error that no retry cures (named with the file and the range)."""
+changed file, or an error that no retry cures (named with the file and the range).
+
+Every answer is checked before its bytes are used (:func:`check_answer`), whatever the server
+did with the request: a 206 must carry the ``Content-Range`` asked for, of an object of the
+size seen at open; its ``ETag`` (or ``Last-Modified``, when that was the version at open) must
+be the one seen at open, whether or not the server honoured ``If-Match``; a 200 is the whole
+object, used (sliced) only when its length is the object's; a body in a ``Content-Encoding``
+is refused (identity is asked for: a range of encoded bytes is not a range of the file, so
+neither client decodes one). A proxy serving another request's bytes, or a file replaced on
+a server that ignores ``If-Match``, is then an error naming the file and range, never tokens.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import re
+import threading
 
 from ...errors import RemoteChangedError, RemoteReadError
 from .objects import RemoteObject
+from .server_waits import asked_wait, host_of
+
+logger = logging.getLogger(__name__)
 
 
-def _status(error) -> int | None:
+def status_of(error) -> int | None:
     """The HTTP status behind an error, of any client (aiohttp, requests/httpx, botocore), also
     through the causes s3fs and huggingface_hub chain to the errors they raise."""
     seen = 0
@@ -30,11 +46,11 @@ def _status(error) -> int | None:
 
 def classify(error) -> str:
     """``"changed"`` (the object is not the one opened), ``"retry"`` or ``"fatal"``."""
-    if isinstance(error, ShortBody):
+    if isinstance(error, (ShortBody, WrongRange, SlowBody)):
         return "retry"
-    if isinstance(error, FileNotFoundError):
+    if isinstance(error, (FileNotFoundError, OtherVersion)):
         return "changed"
-    status = _status(error)
+    status = status_of(error)
     if status in (412, 416):
         return "changed"
     if status is not None:
@@ -53,6 +69,19 @@ class ShortBody(Exception):
     pass
 
 
+class SlowBody(Exception):
+    """An answer slower than the speed floor (RemoteAccess ``min_speed`` over ``slow_seconds``):
+    abandoned, and tried once more (a server that trickles twice is slow, not unlucky)."""
+
+
+class WrongRange(Exception):
+    """A 206 of other bytes than the range asked for (a proxy or cache mixing answers): retried."""
+
+
+class OtherVersion(Exception):
+    """An answer from another version of the file than the one opened: a changed file."""
+
+
 def check_length(obj: RemoteObject, start: int, stop: int, data: bytes) -> bytes:
     if len(data) == stop - start:
         return data
@@ -63,23 +92,76 @@ def check_length(obj: RemoteObject, start: int, stop: int, data: bytes) -> bytes
 
 
 class HTTPStatus(Exception):
-    """An HTTP answer that is not the range: ``status`` is what _status reads."""
+    """An HTTP answer that is not the range: ``status`` is what status_of reads; ``wait``:
+    ``(seconds, why)`` the server asked the client to wait (server_waits.asked_wait), or None."""
 
-    def __init__(self, status: int, url):
+    def __init__(self, status: int, url, wait: tuple[float, str] | None = None):
         super().__init__(f"HTTP {status} from {url}")
-        self.status = status
+        self.status, self.url, self.wait = status, url, wait
 
 
-def check_status(obj: RemoteObject, start: int, stop: int, status: int, url) -> None:
-    """The answer to a ranged GET of either HTTP client, by its status (``url``: where it came
-    from, after redirects)."""
+_CONTENT_RANGE = re.compile(r"\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*")
+_IGNORES_RANGE: set = set()  # hosts already logged as answering ranges with the whole file
+_IGNORES_RANGE_LOCK = threading.Lock()
+
+
+def _weak(version: str) -> str:
+    return version[2:] if version.startswith("W/") else version
+
+
+def check_answer(obj: RemoteObject, start: int, stop: int, status: int, headers, url, version: str | None) -> bool:
+    """Checks the answer to a ranged GET of bytes ``[start, stop)`` of ``obj`` (either HTTP
+    client; ``headers``: a case-insensitive mapping or one with lower-case keys; ``url``: where
+    it came from, after redirects; ``version``: the ETag or Last-Modified its answers must
+    carry, None when they cannot be compared, as a Hub file's CDN). Returns True when the body
+    is the whole object, of which bytes ``[start, stop)`` are to be taken; raises otherwise."""
+    get = headers.get
     if status == 404:
         raise FileNotFoundError(obj.url)
-    if status >= 400:
-        raise HTTPStatus(status, url)
-    if status != 206 and (start, stop) != (0, obj.size):
-        raise RemoteReadError(obj.url, start, stop, f"the server answered {status} with the whole file "
-                                                    "(it does not honour Range requests)")
+    if status not in (200, 206):
+        raise HTTPStatus(status, url, asked_wait(status, headers))
+    encoding = get("content-encoding")
+    if encoding and encoding.strip().lower() != "identity":
+        raise RemoteReadError(obj.url, start, stop, f"{url} sent the range with Content-Encoding {encoding.strip()} "
+                                                    "(identity was asked for; a range of encoded bytes is not the "
+                                                    "file's range)")
+    if version is not None:
+        found = get("etag") if not _is_date(version) else get("last-modified")
+        if found is not None and _weak(found.strip()) != _weak(version):
+            raise OtherVersion(f"{url} answered with version {found.strip()}, not {version} seen when it was opened "
+                               "(the server did not honour If-Match)")
+    if status == 206:
+        content_range = get("content-range")
+        match = _CONTENT_RANGE.fullmatch(content_range or "")
+        if match is None:
+            raise WrongRange(f"{url} answered 206 without the Content-Range of one range (found {content_range!r})")
+        first, last, total = match.groups()
+        if total != "*" and int(total) != obj.size:
+            raise OtherVersion(f"{url} answered Content-Range {content_range.strip()}: a file of {total} bytes, not "
+                               f"{obj.size} as when it was opened")
+        if (int(first), int(last) + 1) != (start, stop):
+            raise WrongRange(f"{url} answered Content-Range {content_range.strip()} to a request for bytes "
+                             f"{start}-{stop - 1}")
+        return False
+    length = get("content-length")
+    if length is not None and length.strip().isdigit() and int(length) != obj.size:
+        raise OtherVersion(f"{url} answered 200 with {length.strip()} bytes: the whole file is {obj.size} bytes "
+                           "as opened")
+    if (start, stop) == (0, obj.size):
+        return False
+    host = host_of(url)
+    with _IGNORES_RANGE_LOCK:
+        fresh = host not in _IGNORES_RANGE
+        _IGNORES_RANGE.add(host)
+    if fresh:
+        logger.warning(f"{host} answers ranged reads with the whole file (200): each read is cut from a download "
+                       "from the start of the file to the end of the range")
+    return True
+
+
+def _is_date(version: str) -> bool:
+    """Whether a version seen at open is a Last-Modified date, not an ETag (always quoted)."""
+    return not version.startswith(('"', "W/")) and "," in version and "GMT" in version
 
 
 def typed_error(obj: RemoteObject, start: int, stop: int, error, attempts: int):

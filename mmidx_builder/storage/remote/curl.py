@@ -23,10 +23,12 @@ aiohttp ``auth``, ``ssl``, cookies, a session factory) keep a filesystem on aioh
   certifi's (requests' and httpx', so the Hub's own downloads');
 - redirects followed (at most 10, as aiohttp), a total timeout per request.
 
-Faults are classified as the aiohttp path's (answers.classify): an HTTP status through
-answers.HTTPStatus, libcurl's transport errors as ConnectionError or TimeoutError (retried),
-a bad certificate or URL as :class:`CurlError` (not retried). A server that answers a range
-with more bytes than asked (no Range support) is stopped at the first excess byte.
+Answers are checked as the aiohttp path's (answers.check_answer, from the headers libcurl
+hands to ``_Transfer.header``), and faults classified alike (answers.classify): an HTTP status
+through answers.HTTPStatus, libcurl's transport errors as ConnectionError or TimeoutError
+(retried), a bad certificate or URL as :class:`CurlError` (not retried). A 206 longer than the
+range is stopped at the first excess byte; a 200 (the whole file) is cut to the range and
+stopped at its end.
 """
 
 from __future__ import annotations
@@ -41,11 +43,12 @@ import threading
 import time
 
 from ...errors import RemoteReadError
-from .answers import check_length, check_status
+from .answers import SlowBody, check_answer, check_length
 from .http import HttpTarget, trusted_environment
 from .objects import RemoteObject
 from .process_state import per_process
-from .request_queue import REQUESTS_IN_FLIGHT, backoff, check_wanted, next_part
+from .request_queue import REQUESTS_IN_FLIGHT, check_wanted, next_part
+from .server_waits import PAUSES
 from .request_queue import Batch as _RequestBatch  # the fields, answers and failures a batch has on either path
 
 # libcurl's transport errors that a new attempt may cure (the rest, a bad certificate or URL,
@@ -53,7 +56,7 @@ from .request_queue import Batch as _RequestBatch  # the fields, answers and fai
 # nothing, HTTP/2 stream errors, TLS handshake failures (transient on a busy endpoint).
 _TIMEOUTS = {28}
 _RETRIED = {5, 6, 7, 16, 18, 35, 52, 55, 56, 92}
-_TOO_MUCH = 23  # CURLE_WRITE_ERROR: our write callback refused a body longer than the range
+_TOO_MUCH = 23  # CURLE_WRITE_ERROR: our write callback stopped the body (too long, or the range's end reached)
 
 
 class CurlError(Exception):
@@ -81,11 +84,11 @@ def usable(fs) -> bool:
 class _Target:
     """One file's requests as libcurl takes them, from http.HttpTarget."""
 
-    __slots__ = ("obj", "url", "headers", "proxy", "proxy_auth")
+    __slots__ = ("obj", "url", "headers", "proxy", "proxy_auth", "version", "host")
 
     def __init__(self, fs, obj: RemoteObject, route, environment):
         made = HttpTarget(fs, obj, route, environment, None)
-        self.obj = obj
+        self.obj, self.version, self.host = obj, made.version, made.host
         self.url = str(made.url).encode()
         self.headers = [f"{k}: {v}" for k, v in made.headers.items()]
         proxy = made.options.get("proxy")
@@ -97,12 +100,47 @@ class _Target:
 class _Batch(_RequestBatch):
     """The requests of one fetch (request_queue.Batch), with what libcurl is given for each file."""
 
-    __slots__ = ("targets", "timeout")
+    __slots__ = ("targets", "timeout", "floor")
 
-    def __init__(self, parts, targets, retries, timeout, priority, dropped):
-        super().__init__(parts, None, retries, priority, dropped)
-        self.targets, self.timeout = targets, timeout
+    def __init__(self, parts, targets, retries, timeout, priority, dropped, max_wait, floor):
+        super().__init__(parts, None, retries, priority, dropped, max_wait)
+        self.targets, self.timeout, self.floor = targets, timeout, floor
 
+
+class _Transfer:
+    """One request's answer as libcurl hands it over: the status and headers of the last
+    response (after redirects), and the body's bytes of the range. A 206 longer than the range
+    is stopped at the first excess byte; a 200 (the whole file) is cut to ``[start, stop)``
+    and stopped there, however long the file."""
+
+    __slots__ = ("start", "stop", "size", "status", "headers", "chunks", "position")
+
+    def __init__(self, start: int, stop: int, size: int):
+        self.start, self.stop, self.size = start, stop, size
+        self.status, self.headers, self.chunks, self.position = 0, {}, [], 0
+
+    def header(self, line: bytes) -> None:
+        text = line.decode("latin-1").strip()
+        if text.startswith("HTTP/"):  # a new response (after a redirect, or a 100 Continue)
+            parts = text.split()
+            self.status = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
+            self.headers = {}
+        elif ":" in text:
+            key, _, value = text.partition(":")
+            self.headers[key.strip().lower()] = value.strip()
+
+    def write(self, data: bytes):
+        position = self.position
+        self.position += len(data)
+        if self.status == 200 and (self.start, self.stop) != (0, self.size):  # the whole file: cut the range
+            if self.position > self.start:
+                self.chunks.append(data[max(0, self.start - position):self.stop - position])
+            return 0 if self.position >= self.stop else None
+        self.chunks.append(data)
+        return 0 if self.position > self.stop - self.start else None  # more than the range: stop at once
+
+    def body(self) -> bytes:
+        return b"".join(self.chunks)
 
 class _Transfers:
     """The process's libcurl transfers, driven by one thread: batches wait in a heap by
@@ -220,14 +258,12 @@ class _Transfers:
             batch.fail(error)
             return
         target = batch.targets[obj.url, id(route)]
+        pause = PAUSES.remaining(target.host)
+        if pause:  # the host asked to be left alone (server_waits): not a request before then
+            heapq.heappush(self.retrying, (time.monotonic() + pause, next(self.arrivals), batch, i, attempt))
+            return
         handle = self.idle.pop() if self.idle else self._new_handle()
-        chunks, room = [], [stop - start]
-
-        def write(data):
-            chunks.append(data)
-            room[0] -= len(data)
-            return 0 if room[0] < 0 else None  # no Range support: stop at once, not after the whole file
-
+        transfer = _Transfer(start, stop, obj.size)
         handle.setopt(pycurl.URL, target.url)
         handle.setopt(pycurl.HTTPHEADER, target.headers)
         handle.setopt(pycurl.RANGE, f"{start}-{stop - 1}")
@@ -235,8 +271,12 @@ class _Transfers:
         if target.proxy_auth:
             handle.setopt(pycurl.PROXYUSERPWD, target.proxy_auth)
         handle.setopt(pycurl.TIMEOUT_MS, int(batch.timeout * 1000))
-        handle.setopt(pycurl.WRITEFUNCTION, write)
-        handle.transfer = (batch, i, attempt, chunks)
+        # The speed floor: libcurl abandons a transfer slower than this many bytes/s over this many seconds.
+        handle.setopt(pycurl.LOW_SPEED_LIMIT, max(1, int(batch.floor[0])))
+        handle.setopt(pycurl.LOW_SPEED_TIME, max(1, round(batch.floor[1])))
+        handle.setopt(pycurl.HEADERFUNCTION, transfer.header)
+        handle.setopt(pycurl.WRITEFUNCTION, transfer.write)
+        handle.transfer = (batch, i, attempt, transfer)
         self.multi.add_handle(handle)
         self.active += 1
 
@@ -255,8 +295,7 @@ class _Transfers:
     def _finish(self, handle, failure) -> None:
         """Under the lock: a transfer ended (``failure``: libcurl's (code, message), else None)."""
         pycurl = self.pycurl
-        batch, i, attempt, chunks = handle.transfer
-        status = handle.getinfo(pycurl.RESPONSE_CODE)
+        batch, i, attempt, transfer = handle.transfer
         url = handle.getinfo(pycurl.EFFECTIVE_URL)
         handle.transfer = None
         handle.setopt(pycurl.PROXYUSERPWD, "")
@@ -265,20 +304,24 @@ class _Transfers:
         self.active -= 1
         if batch.future.done():
             return
-        obj, start, stop, _ = batch.parts[i]
+        obj, start, stop, route = batch.parts[i]
         try:
             if failure is not None and failure[0] != _TOO_MUCH:
                 code, message = failure
+                if code in _TIMEOUTS and "too slow" in message.lower():
+                    raise SlowBody(f"libcurl: {message}")
                 if code in _TIMEOUTS:
                     raise TimeoutError(f"libcurl: {message}")
                 raise (ConnectionError(f"libcurl error {code}: {message}") if code in _RETRIED
                        else CurlError(code, message))
-            check_status(obj, start, stop, status, url)
-            data = check_length(obj, start, stop, b"".join(chunks))
+            version = batch.targets[obj.url, id(route)].version
+            check_answer(obj, start, stop, transfer.status, transfer.headers, url, version)
+            data = check_length(obj, start, stop, transfer.body())
         except Exception as error:  # noqa: BLE001 (classified by the batch)
-            if batch.retry_after(i, error, attempt):
-                heapq.heappush(self.retrying, (time.monotonic() + backoff(attempt), next(self.arrivals), batch, i,
-                                               attempt + 1))
+            again = batch.next_try(i, error, attempt)
+            if again is not None:
+                delay, attempt = again
+                heapq.heappush(self.retrying, (time.monotonic() + delay, next(self.arrivals), batch, i, attempt))
             return
         batch.answered(i, data)
 
@@ -293,7 +336,8 @@ def fetch(access, fs, parts, dropped: threading.Event | None = None, priority: i
     for obj, _, _, route in parts:
         if (obj.url, id(route)) not in targets:
             targets[obj.url, id(route)] = _Target(fs, obj, route, environment)
-    batch = _Batch(parts, targets, access.retries, access.timeout, priority, dropped)
+    batch = _Batch(parts, targets, access.retries, access.timeout, priority, dropped, access.max_wait,
+                   (access.min_speed, access.slow_seconds))
     transfers = per_process("libcurl transfers", lambda: _Transfers(REQUESTS_IN_FLIGHT))
     transfers.submit(batch)
     return batch.wait(transfers.call_locked)

@@ -11,7 +11,7 @@ from collections import OrderedDict
 
 from ...errors import RemoteReadError
 from . import curl
-from .answers import check_length, classify, typed_error
+from .answers import check_answer, check_length, classify, typed_error
 from .http import HttpTarget, trusted_environment
 from .objects import RemoteObject
 from .request_queue import Batch, backoff, check_wanted, pool, submit
@@ -33,6 +33,16 @@ async def _get_async(fs, obj: RemoteObject, start: int, stop: int) -> bytes:
             {"IfMatch": obj.version} if obj.version else {})
         response = await fs._call_s3("get_object", Bucket=bucket, Key=key, Range=f"bytes={start}-{stop - 1}", **pin)
         try:
+            # The stored bytes, whatever Content-Encoding they were uploaded with (botocore does
+            # not decode): the range, the size and the version are checked as HTTP answers'.
+            answer = {"content-range": response.get("ContentRange"), "etag": response.get("ETag")}
+            if "VersionId" in pin and response.get("VersionId"):
+                answer["etag"], version = response["VersionId"], pin["VersionId"]
+            else:
+                version = obj.version
+            status = 206 if answer["content-range"] else 200
+            if check_answer(obj, start, stop, status, {k: v for k, v in answer.items() if v}, obj.url, version):
+                return (await response["Body"].read())[start:stop]
             return await response["Body"].read()
         finally:
             response["Body"].close()
@@ -51,20 +61,21 @@ def fetch_async(access, fs, parts, dropped: threading.Event | None = None,
     if type(fs).__name__ == "HTTPFileSystem":
         import aiohttp
 
-        timeout = aiohttp.ClientTimeout(total=access.timeout)
+        timeout = aiohttp.ClientTimeout(total=access.timeout, sock_read=access.slow_seconds)
+        floor = (access.min_speed, access.slow_seconds)
         environment = trusted_environment() if fs.client_kwargs.get("trust_env") else None
         targets = {}  # (url, route) -> HttpTarget, made on the loop's thread
 
         async def send(obj, start, stop, route):
             target = targets.get((obj.url, id(route)))
             if target is None:
-                target = targets[obj.url, id(route)] = HttpTarget(fs, obj, route, environment, timeout)
+                target = targets[obj.url, id(route)] = HttpTarget(fs, obj, route, environment, timeout, floor)
             return await target.get(fs._session or await fs.set_session(), start, stop)
     else:
         async def send(obj, start, stop, route):
             return await asyncio.wait_for(_get_async(fs, obj, start, stop), access.timeout)
 
-    batch = Batch(parts, send, access.retries, priority, dropped)
+    batch = Batch(parts, send, access.retries, priority, dropped, access.max_wait)
     fs.loop.call_soon_threadsafe(submit, batch)
     return batch.wait(fs.loop.call_soon_threadsafe)
 

@@ -8,7 +8,8 @@ import functools
 import os
 import threading
 
-from .answers import check_status
+from .answers import ShortBody, SlowBody, check_answer
+from .server_waits import PAUSES, host_of
 from .objects import RemoteObject
 from .process_state import per_process
 from .request_queue import REQUESTS_IN_FLIGHT
@@ -85,18 +86,25 @@ class HttpTarget:
     ``route``: ``(URL, headers)`` to fetch instead of ``obj.url`` (a Hub file's resolve URL,
     pinned to a revision as ``datasets`` resolves it: no ``If-Match``, the Hub's ETag is not
     the one ``stat`` saw). ``environment``: trusted_environment, or None without trust_env.
-    ``timeout``: aiohttp's, cheaper than a task per request for asyncio.wait_for."""
+    ``timeout``: aiohttp's, cheaper than a task per request for asyncio.wait_for.
+    ``version``: what every answer's ETag must be (answers.check_answer), None for a route.
+    Ranges ask for the identity encoding: aiohttp would ask for gzip and decode it, libcurl
+    would not, and a range of encoded bytes is not the file's range anyway."""
 
-    __slots__ = ("obj", "url", "headers", "options")
+    __slots__ = ("obj", "url", "headers", "options", "version", "host", "floor")
 
-    def __init__(self, fs, obj: RemoteObject, route, environment: tuple | None, timeout):
+    def __init__(self, fs, obj: RemoteObject, route, environment: tuple | None, timeout,
+                 floor: tuple[float, float] | None = None):
+        """``floor``: ``(bytes/s, seconds)``, the speed below which an answer is abandoned
+        (aiohttp's ``sock_read`` in ``timeout`` catches a server that sends nothing at all)."""
         options = dict(fs.kwargs)
         options.setdefault("timeout", timeout)
         headers = dict(options.pop("headers", None) or {})
+        headers["Accept-Encoding"] = "identity"
         if route is not None:
             headers.update(route[1])
         elif obj.version and not obj.version.startswith("W/"):
-            headers["If-Match"] = obj.version  # a changed file answers 412, never other bytes
+            headers["If-Match"] = obj.version  # a changed file answers 412 (when the server honours it)
         url = fs.encode_url(route[0] if route is not None else obj.url)
         if environment is not None and url.host:
             has_auth = "auth" in options or "Authorization" in headers or url.user is not None
@@ -106,10 +114,50 @@ class HttpTarget:
                 else:
                     options.setdefault(key, value)
         self.obj, self.url, self.headers, self.options = obj, url, headers, options
+        self.version = obj.version if route is None else None
+        self.host = host_of(url)
+        self.floor = floor
 
     async def get(self, session, start: int, stop: int) -> bytes:
         obj = self.obj
+        pause = PAUSES.remaining(self.host)
+        if pause:  # the host asked to be left alone (server_waits): not a request before then
+            await asyncio.sleep(pause)
         headers = {**self.headers, "Range": f"bytes={start}-{stop - 1}"}
-        async with session.get(self.url, headers=headers, **self.options) as response:
-            check_status(obj, start, stop, response.status, response.url)
-            return await response.read()
+        try:
+            async with session.get(self.url, headers=headers, auto_decompress=False, **self.options) as response:
+                if not check_answer(obj, start, stop, response.status, response.headers, response.url, self.version):
+                    return await self._body(response.content)
+                return await _slice(response.content, start, stop)
+        except asyncio.TimeoutError as error:  # aiohttp's sock_read: nothing for the floor's seconds
+            if self.floor is None or not type(error).__name__ == "SocketTimeoutError":
+                raise
+            raise SlowBody(f"no byte from {self.url.host}:{self.url.port} for {self.floor[1]:g} s") from error
+
+    async def _body(self, content) -> bytes:
+        """The body, abandoned once it has come slower than the floor for longer than its seconds."""
+        if self.floor is None:
+            return await content.read()
+        speed, seconds = self.floor
+        clock = asyncio.get_running_loop().time
+        began, chunks, received = clock(), [], 0
+        async for chunk in content.iter_any():
+            chunks.append(chunk)
+            received += len(chunk)
+            elapsed = clock() - began
+            if elapsed > seconds and received < speed * elapsed:
+                raise SlowBody(f"{received} bytes in {elapsed:.1f} s, slower than {speed:,.0f} bytes/s")
+        return b"".join(chunks)
+
+
+async def _slice(body, start: int, stop: int) -> bytes:
+    """Bytes ``[start, stop)`` of a whole-file body, read no further than ``stop`` (the
+    connection is then closed, not drained: the file may be far longer)."""
+    kept, position = [], 0
+    async for chunk in body.iter_chunked(1 << 20):
+        if position + len(chunk) > start:
+            kept.append(chunk[max(0, start - position):stop - position])
+        position += len(chunk)
+        if position >= stop:
+            return b"".join(kept)
+    raise ShortBody(f"the whole-file answer ended at byte {position}, before {stop}")

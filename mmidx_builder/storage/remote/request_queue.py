@@ -16,9 +16,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ...errors import RemoteReadError
 from . import process_state
-from .answers import check_length, classify, typed_error
+from .answers import SlowBody, check_length, classify, typed_error
 from .objects import RemoteObject
 from .process_state import per_process
+from .server_waits import MAX_WAIT_SECONDS, PAUSES, host_of
 
 logger = logging.getLogger(__name__)
 
@@ -72,28 +73,37 @@ class Batch:
     """The requests of one fetch: sent by an event loop's :class:`Requests`, answered (every
     body, or the first error) through ``future``, which the calling thread waits on."""
 
-    __slots__ = ("parts", "send", "retries", "priority", "dropped", "results", "remaining", "sent", "future")
+    __slots__ = ("parts", "send", "retries", "priority", "dropped", "results", "remaining", "sent", "future",
+                 "max_wait", "waited", "slowed")
 
-    def __init__(self, parts, send, retries: int, priority: int, dropped: threading.Event | None):
-        """``send``: the coroutine function that fetches one part (None for curl.py's)."""
+    def __init__(self, parts, send, retries: int, priority: int, dropped: threading.Event | None,
+                 max_wait: float = MAX_WAIT_SECONDS):
+        """``send``: the coroutine function that fetches one part (None for curl.py's);
+        ``max_wait``: the seconds a part may wait in all when servers ask it to (server_waits)."""
         self.parts, self.send, self.retries, self.priority, self.dropped = parts, send, retries, priority, dropped
         self.results = [None] * len(parts)
         self.remaining = len(parts)
         self.sent = 0  # parts[:sent] have been taken by a worker
         self.future = concurrent.futures.Future()
+        self.max_wait = max_wait
+        self.waited = {}  # part -> seconds it waited as servers asked
+        self.slowed = set()  # parts an answer of was slower than the speed floor (answers.SlowBody)
 
     async def request(self, i: int) -> None:
         """Part i, retried with backoff while that is safe; its body, or the batch's error."""
         obj, start, stop, route = self.parts[i]
-        for attempt in range(self.retries + 1):
+        attempt = 0
+        while True:
             try:
                 check_wanted(obj, start, stop, self.dropped)
                 data = check_length(obj, start, stop, await self.send(obj, start, stop, route))
             except Exception as error:  # noqa: BLE001 (classified)
-                if not self.retry_after(i, error, attempt):
+                again = self.next_try(i, error, attempt)
+                if again is None:
                     return
-                # The worker waits out the backoff: a failing server gets fewer requests at once.
-                await asyncio.sleep(backoff(attempt))
+                # The worker waits: a failing or rate-limiting server gets fewer requests at once.
+                delay, attempt = again
+                await asyncio.sleep(delay)
                 continue
             return self.answered(i, data)
 
@@ -103,20 +113,40 @@ class Batch:
         if self.remaining == 0 and not self.future.done():
             self.future.set_result(self.results)
 
-    def retry_after(self, i: int, error: Exception, attempt: int) -> bool:
-        """Attempt ``attempt`` of part i failed with ``error``: True when it is to be retried,
-        else the batch fails with an error naming the file and range."""
+    def next_try(self, i: int, error: Exception, attempt: int) -> tuple[float, int] | None:
+        """Attempt ``attempt`` of part i failed with ``error``: ``(seconds to wait, attempt
+        number of the next try)`` when it is to be tried again, else None and the batch fails
+        with an error naming the file and range. A wait the server asked for (429/503 with
+        Retry-After or RateLimit) is the host's, within ``max_wait``, and not an attempt."""
         obj, start, stop, _ = self.parts[i]
         if isinstance(error, RemoteReadError):
             self.fail(error)
-            return False
-        if classify(error) != "retry" or attempt == self.retries:
+            return None
+        told = getattr(error, "wait", None)
+        if told is not None:
+            seconds, why = told
+            host, waited = host_of(error.url), self.waited.get(i, 0.0)
+            if waited + seconds > self.max_wait:
+                failure = RemoteReadError(obj.url, start, stop, f"{host} asks to wait {seconds:.0f} s ({why}); this "
+                                          f"read waited {waited:.0f} s as told already, and waits at most "
+                                          f"{self.max_wait:.0f} s in all (RemoteAccess max_wait)")
+                failure.__cause__ = error
+                self.fail(failure)
+                return None
+            PAUSES.pause(host, seconds, why, self.max_wait)
+            delay = max(seconds, PAUSES.remaining(host))
+            self.waited[i] = waited + delay
+            return delay, attempt
+        slow_again = isinstance(error, SlowBody) and i in self.slowed  # tried once more, no further
+        if isinstance(error, SlowBody):
+            self.slowed.add(i)
+        if classify(error) != "retry" or attempt >= self.retries or slow_again:
             failure = typed_error(obj, start, stop, error, attempt + 1)
             failure.__cause__ = error
             self.fail(failure)
-            return False
+            return None
         logger.info(f"{obj.url} [{start}, {stop}): {type(error).__name__}: {error}; retrying")
-        return True
+        return backoff(attempt), attempt + 1
 
     def wait(self, call_soon) -> list[bytes]:
         """Every body, waited for in the calling thread. Interrupted there (KeyboardInterrupt),

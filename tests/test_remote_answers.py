@@ -1,0 +1,225 @@
+"""Every answer of a remote store is checked before its bytes are used (issue 32): servers that
+behave as real ones sometimes do, through both HTTP clients (libcurl and aiohttp).
+
+- a 206 whose ``Content-Range`` is not the range asked for (the right length, another
+  offset's bytes: a proxy or cache serving another request's answer);
+- a file changed after it was opened, on a server that ignores ``If-Match`` (206 with the
+  new file's ETag);
+- a 200 with the whole file to a ranged request (used, sliced, when it is the whole object);
+- ``Content-Encoding`` on a range (identity is asked for; an encoded range is refused by
+  both clients alike);
+- 429 / 503 with ``Retry-After`` or ``RateLimit``: waited out as told, without using the
+  retry budget, logged once naming the host, within a bound.
+
+The oracle for tokens is the served file read locally through a memory map.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+
+import numpy as np
+import pytest
+
+from mmidx_builder.errors import RemoteChangedError, RemoteReadError
+from mmidx_builder.sources.indexed import IndexedFile
+from range_server import RangeServer
+from test_remote import fast, http_client, quick_backoff, random_pieces, served  # noqa: F401 (fixtures)
+
+
+def pieces_and_expected(prefix, count: int = 40, seed: int = 1):
+    local = IndexedFile.open(prefix)
+    ids, offsets, lengths = random_pieces(np.random.default_rng(seed), local, count)
+    return (ids, offsets, lengths), local.read_pieces(ids, offsets, lengths)
+
+
+@pytest.fixture
+def copied(served, tmp_path):
+    """The served pair copied into a folder of its own (its .bin is changed by the tests)."""
+    folder, prefix = served
+    for name in ("corpus.bin", "corpus.idx"):
+        shutil.copy(folder / name, tmp_path / name)
+    return tmp_path, prefix
+
+
+# --- Content-Range ----------------------------------------------------------------------------
+
+def test_a_range_answered_with_another_offsets_bytes_is_retried_not_used(served):
+    folder, prefix = served
+    pieces, expected = pieces_and_expected(prefix)
+    with RangeServer(folder) as server:
+        remote = IndexedFile.open(server.url + "/corpus", opener=fast())
+        server.shift["corpus.bin"] = 2  # two answers of the right length from 4 KiB further on
+        got = remote.read_pieces(*pieces)
+        assert server.shift["corpus.bin"] == 0
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_a_server_that_keeps_answering_other_offsets_gives_an_error_naming_both_ranges(served):
+    folder, prefix = served
+    with RangeServer(folder) as server:
+        remote = IndexedFile.open(server.url + "/corpus", opener=fast(retries=1))
+        server.shift["corpus.bin"] = 10 ** 6
+        start = int(remote.sequence_starts[5]) * 2
+        with pytest.raises(RemoteReadError, match=rf"corpus\.bin: bytes \[{start}, {start + 20}\).*Content-Range "
+                                                  rf"bytes {start + 4096}-{start + 4096 + 19}/") as error:
+            remote.read_pieces([5], [0], [10])
+        assert (error.value.start, error.value.stop) == (start, start + 20)
+        assert server.requests["corpus.bin"] == 2  # retried, within the budget
+
+
+# --- a changed file, whatever the server does with If-Match ---------------------------------------
+
+@pytest.mark.parametrize("change", ["same size", "longer", "shorter"])
+def test_a_changed_file_is_refused_when_the_server_ignores_if_match(copied, change):
+    folder, prefix = copied
+    with RangeServer(folder) as server:
+        server.ignore_if_match = True
+        remote = IndexedFile.open(server.url + "/corpus", opener=fast())
+        before = remote.read_pieces([3], [0], [5])
+        data = (folder / "corpus.bin").read_bytes()
+        changed = {"same size": data[::-1], "longer": data + b"\0\0", "shorter": data[:-2]}[change]
+        (folder / "corpus.bin").write_bytes(changed)
+        start = int(remote.sequence_starts[3]) * 2
+        with pytest.raises(RemoteChangedError, match=rf"corpus\.bin: bytes \[{start}, {start + 10}\).*changed") \
+                as error:
+            remote.read_pieces([3], [0], [5])
+        assert error.value.offset == start
+        assert server.statuses["corpus.bin"][-1] == 206  # the server did answer the range
+    np.testing.assert_array_equal(before, IndexedFile.open(prefix).read_pieces([3], [0], [5]))
+
+
+# --- 200 to a ranged request ------------------------------------------------------------------
+
+def test_a_whole_file_answer_to_a_range_is_sliced(served):
+    folder, prefix = served
+    pieces, expected = pieces_and_expected(prefix)
+    with RangeServer(folder) as server:
+        remote = IndexedFile.open(server.url + "/corpus", opener=fast())
+        server.whole["corpus.bin"] = 3
+        got = remote.read_pieces(*pieces)
+        assert server.whole["corpus.bin"] == 0 and 200 in server.statuses["corpus.bin"]
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_a_whole_file_answer_of_another_size_is_a_changed_file(copied):
+    folder, prefix = copied
+    with RangeServer(folder) as server:
+        server.ignore_if_match = True
+        remote = IndexedFile.open(server.url + "/corpus", opener=fast())
+        (folder / "corpus.bin").write_bytes((folder / "corpus.bin").read_bytes() + b"\0\0")
+        server.whole["corpus.bin"] = 10 ** 6
+        with pytest.raises(RemoteChangedError, match=r"corpus\.bin: bytes \[\d+, \d+\).*changed"):
+            remote.read_pieces([3], [0], [5])
+
+
+# --- Content-Encoding -----------------------------------------------------------------------
+
+def test_ranges_ask_for_the_identity_encoding(served):
+    folder, prefix = served
+    pieces, expected = pieces_and_expected(prefix)
+    with RangeServer(folder) as server:
+        remote = IndexedFile.open(server.url + "/corpus", opener=fast())
+        server.encodings.clear()
+        got = remote.read_pieces(*pieces)
+        assert server.encodings == {"identity": server.requests["corpus.bin"]}
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_an_encoded_range_is_refused_by_both_clients_alike(served):
+    """A range of an encoded representation is a range of the encoded bytes (RFC 9110): decoding
+    it may give other bytes than the range of the file, so neither client decodes one."""
+    folder, prefix = served
+    with RangeServer(folder) as server:
+        remote = IndexedFile.open(server.url + "/corpus", opener=fast())
+        server.gzip["corpus.bin"] = 10 ** 6
+        start = int(remote.sequence_starts[5]) * 2
+        with pytest.raises(RemoteReadError, match=rf"corpus\.bin: bytes \[{start}, {start + 20}\).*"
+                                                  r"Content-Encoding gzip"):
+            remote.read_pieces([5], [0], [10])
+        assert server.requests["corpus.bin"] == 1  # refused at once: asking again gets the same answer
+
+
+# --- 429 / 503: waiting as told -----------------------------------------------------------------
+
+RATE_LIMITS = {
+    "429 Retry-After": (429, {"Retry-After": "1"}),
+    "503 Retry-After": (503, {"Retry-After": "1"}),
+    "429 RateLimit": (429, {"RateLimit": '"api";r=0;t=1', "RateLimit-Policy": '"fixed window";"api";q=500;w=300'}),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(RATE_LIMITS))
+def test_a_rate_limited_read_waits_as_told_without_using_retries_and_logs_once(served, caplog, kind):
+    folder, prefix = served
+    pieces, expected = pieces_and_expected(prefix)
+    with RangeServer(folder) as server:
+        remote = IndexedFile.open(server.url + "/corpus", opener=fast(retries=0))  # no retries at all
+        server.limit_status, server.limit_headers = RATE_LIMITS[kind]
+        server.limit["corpus.bin"] = 12
+        with caplog.at_level(logging.INFO):
+            got = remote.read_pieces(*pieces)
+        assert server.limit["corpus.bin"] == 0
+        host = server.url.split("://")[1]
+    np.testing.assert_array_equal(got, expected)
+    told = [r for r in caplog.records if host in r.getMessage() and r.levelno >= logging.WARNING]
+    assert len(told) == 1, [r.getMessage() for r in told]
+    assert "wait" in told[0].getMessage()
+
+
+def test_opening_waits_as_told_too(served, caplog):
+    """The HEAD that opens a file waits out a 429 as the ranged reads do, without retries."""
+    folder, prefix = served
+    pieces, expected = pieces_and_expected(prefix)
+    with RangeServer(folder) as server:
+        server.limit["corpus"] = 2  # the .idx's and the .bin's first answers (HEAD or GET)
+        with caplog.at_level(logging.INFO):
+            remote = IndexedFile.open(server.url + "/corpus", opener=fast(retries=0))
+            got = remote.read_pieces(*pieces)
+        assert server.limit["corpus"] == 0
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_a_wait_longer_than_the_bound_is_an_error_naming_the_host(served):
+    folder, prefix = served
+    with RangeServer(folder) as server:
+        remote = IndexedFile.open(server.url + "/corpus", opener=fast(max_wait=2.5))
+        server.limit_headers = {"Retry-After": "1"}
+        server.limit["corpus.bin"] = 10 ** 6
+        host = server.url.split("://")[1]
+        with pytest.raises(RemoteReadError, match=rf"corpus\.bin: bytes \[\d+, \d+\).*{host}.*wait"):
+            remote.read_pieces([5], [0], [10])
+        assert 2 <= server.requests["corpus.bin"] <= 4  # three waits of a second fit in 2.5 s with their requests
+
+
+def test_a_rate_limit_asking_for_more_than_the_bound_fails_at_once(served):
+    folder, prefix = served
+    with RangeServer(folder) as server:
+        remote = IndexedFile.open(server.url + "/corpus", opener=fast(max_wait=30))
+        server.limit_headers = {"Retry-After": "3600"}
+        server.limit["corpus.bin"] = 10 ** 6
+        with pytest.raises(RemoteReadError, match=r"3600"):
+            remote.read_pieces([5], [0], [10])
+        assert server.requests["corpus.bin"] == 1
+
+
+# --- a server slower than the speed floor ---------------------------------------------------------
+
+def test_an_answer_slower_than_the_floor_is_abandoned_and_tried_once_more(served):
+    """A body at 1 byte/s is given up after the floor's seconds and asked once more, then an
+    error naming the range and the speed: not ``retries`` attempts of ``timeout`` each."""
+    folder, prefix = served
+    pieces, expected = pieces_and_expected(prefix, count=1)
+    with RangeServer(folder) as server:
+        access = fast(timeout=60, retries=5, min_speed=1024, slow_seconds=1)
+        remote = IndexedFile.open(server.url + "/corpus", opener=access)
+        server.trickle["corpus.bin"] = 1  # one slow answer: the second attempt gets the bytes
+        np.testing.assert_array_equal(remote.read_pieces(*pieces), expected)
+        assert server.requests["corpus.bin"] == 2
+        server.trickle["corpus.bin"] = 10 ** 6
+        start = int(remote.sequence_starts[5]) * 2
+        with pytest.raises(RemoteReadError, match=rf"corpus\.bin: bytes \[{start}, {start + 20}\).*"
+                                                  r"(slow|no byte).*2 attempt"):
+            remote.read_pieces([5], [0], [10])
+        assert server.requests["corpus.bin"] == 4  # twice, not retries + 1 times
