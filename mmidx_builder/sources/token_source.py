@@ -41,6 +41,23 @@ class TokenSource(Protocol):
     def read_pieces(self, sequence_ids, offsets, lengths, out: np.ndarray | None = None) -> np.ndarray: ...
 
 
+# The lengths hash reads at most this many sequence lengths (evenly strided): enough to tell
+# files apart, cheap for a billion sequences.
+HASHED_LENGTHS = 1 << 20
+
+
+def lengths_fingerprint(lengths: np.ndarray) -> dict:
+    """What of a source's lengths decides its samples, in a few numbers: the sequence and token
+    counts and a sha256 of up to HASHED_LENGTHS strided lengths (as int64). One pass over the
+    lengths; format.IndexedFile records it with its index cache, so a warm open reads none."""
+    lengths = np.asarray(lengths)
+    step = max(1, -(-len(lengths) // HASHED_LENGTHS))
+    digest = hashlib.sha256(f"{len(lengths)}:{step}:".encode())
+    digest.update(np.ascontiguousarray(lengths[::step], dtype=np.int64).data)
+    return {"num_sequences": int(len(lengths)), "num_tokens": int(lengths.sum(dtype=np.int64)),
+            "lengths_sha256": digest.hexdigest()[:16]}
+
+
 def first_bad(mask: np.ndarray) -> int:
     return int(np.flatnonzero(mask)[0])
 
@@ -225,4 +242,4 @@ def check_still_named(source) -> None:
 
 
 __all__ = ["Concatenated", "SequenceRange", "TokenSource", "check_opened", "check_pieces", "check_still_named",
-           "combined_identity", "file_identities", "first_bad"]
+           "combined_identity", "file_identities", "first_bad", "lengths_fingerprint"]
