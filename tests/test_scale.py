@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from mmidx_builder import MMIdx, megatron_rank_stream
-from mmidx_builder.format import IndexedFile, IndexedFileWriter
+from mmidx_builder.sources.indexed import IndexedFile, IndexedFileWriter
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/smaps_rollup"), reason="Linux /proc needed")
 
@@ -117,8 +117,8 @@ def test_a_warm_open_reads_the_idx_header_not_its_tables(big):
     idx_size = os.path.getsize(prefix + ".idx")
     found = _run(f"""
         import json
-        from mmidx_builder import mapped
-        from mmidx_builder.format import IndexedFile
+        from mmidx_builder.storage import mapped
+        from mmidx_builder.sources.indexed import IndexedFile
 
         mapped._disabled.set()  # every read a pread: counted in rchar
 
@@ -188,7 +188,7 @@ def test_resume_at_a_late_sample_equals_the_full_pass_there(tmp_path, torch):
 
 
 def test_a_streams_first_row_gathers_one_micro_batch(tmp_path, monkeypatch, torch):
-    from mmidx_builder.hf import common
+    from mmidx_builder.hf import gpt_samples
 
     prefix = str(tmp_path / "c")
     with IndexedFileWriter(prefix, dtype=np.uint16) as w:
@@ -197,13 +197,13 @@ def test_a_streams_first_row_gathers_one_micro_batch(tmp_path, monkeypatch, torc
     stream = MMIdx(data_files={"train": [prefix + ".bin"]}, seq_length=5, seed=9,
                    cache_dir=str(tmp_path / "hf")).as_streaming_dataset("train")
     gathered = []
-    real = common.pooled_samples
+    real = gpt_samples.pooled_samples
 
     def counting(source, indices, sample_ids):
         gathered.append(len(sample_ids))
         return real(source, indices, sample_ids)
 
-    monkeypatch.setattr(common, "pooled_samples", counting)
+    monkeypatch.setattr(gpt_samples, "pooled_samples", counting)
     rows = iter(megatron_rank_stream(stream, 0, 2, 4))
     next(rows)
     assert gathered == [4]
