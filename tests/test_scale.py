@@ -210,3 +210,71 @@ def test_a_streams_first_row_gathers_one_micro_batch(tmp_path, monkeypatch, torc
     for _ in range(4 + 8 * 4):
         next(rows)
     assert gathered == [4, 8 * 4, 64 * 4]
+
+
+def test_a_plain_streams_first_row_gathers_one_sample(tmp_path, monkeypatch):
+    from mmidx_builder.hf import gpt_samples
+
+    prefix = str(tmp_path / "c")
+    with IndexedFileWriter(prefix, dtype=np.uint16) as w:
+        for n in range(1, 3000):
+            w.add_document(np.arange(n % 40 + 1))
+    builder = MMIdx(data_files={"train": [prefix + ".bin"]}, seq_length=5, seed=9, num_shards=1,
+                    cache_dir=str(tmp_path / "hf"))
+    stream = builder.as_streaming_dataset("train")
+    gathered = []
+    real = gpt_samples.pooled_samples
+
+    def counting(source, indices, sample_ids):
+        gathered.append(len(sample_ids))
+        return real(source, indices, sample_ids)
+
+    monkeypatch.setattr(gpt_samples, "pooled_samples", counting)
+    rows = iter(stream)
+    first = next(rows)
+    assert gathered[0] == 1
+    # The rows are the same as the prepared dataset's, in the same order, whatever the cuts.
+    streamed = [first["input_ids"]] + [row["input_ids"] for row in rows]
+    builder.download_and_prepare()
+    assert streamed == builder.as_dataset("train")["input_ids"]
+    assert gathered[:5] == [1, 8, 64, 512, 1000]
+
+
+def test_leaving_one_ahead_early_never_waits_for_the_table_being_made():
+    import threading
+
+    from mmidx_builder.hf.tables import one_ahead
+
+    started, release, finished = threading.Event(), threading.Event(), threading.Event()
+
+    def make(rows):
+        if rows[0] == 1:
+            started.set()
+            release.wait(120)
+            finished.set()
+        return rows
+
+    tables = one_ahead(make, [(k, np.array([k])) for k in range(3)])
+    assert next(tables)[0] == 0
+    assert started.wait(120)
+    tables.close()  # a break: returns while table 1 is still being made
+    assert not finished.is_set()
+    release.set()
+    assert finished.wait(120)
+
+
+def test_the_interpreter_exits_without_waiting_for_a_table_made_ahead(tmp_path):
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent("""
+        import threading, numpy as np
+        from mmidx_builder.hf.tables import one_ahead
+        never = threading.Event()
+        def make(rows):
+            if rows[0] == 1:
+                never.wait()  # a table that is never done
+            return rows
+        tables = one_ahead(make, [(k, np.array([k])) for k in range(3)])
+        next(tables)
+        print("left")
+        """)], capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert done.returncode == 0 and done.stdout.strip() == "left", done.stderr[-2000:]
