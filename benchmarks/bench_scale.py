@@ -134,7 +134,8 @@ def child_ours(spec: dict) -> dict:
     from datasets import load_dataset
     from datasets.utils.logging import disable_progress_bar
 
-    from mmidx_builder import megatron_rank_stream
+    import torch  # noqa: F401  imported before the clock starts, as megatron-core's side imports it
+    from mmidx_builder.training.rank_stream import megatron_rank_stream
 
     disable_progress_bar()
     prefixes = spec["prefixes"]

@@ -278,3 +278,27 @@ def test_the_interpreter_exits_without_waiting_for_a_table_made_ahead(tmp_path):
         """)], capture_output=True, text=True, timeout=120,
         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     assert done.returncode == 0 and done.stdout.strip() == "left", done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("damage", ["shuffle_index", "sample_index", "negative offset"])
+def test_index_entries_out_of_range_are_refused_where_they_are_used(damage):
+    """A cache written whole but wrong (digests match: built for other data, or by a buggy
+    version) is no longer scanned at every open; the entries a read uses are checked instead."""
+    import dataclasses
+
+    from mmidx_builder.errors import FormatError
+    from mmidx_builder.megatron import sampling
+
+    lengths = np.array([5, 9, 0, 30, 2, 17, 1] * 40, np.int32)
+    indices = sampling.build_indices(lengths, seq_length=8, seed=3)
+    shuffle, sample = indices.shuffle_index.copy(), indices.sample_index.copy()
+    if damage == "shuffle_index":
+        shuffle[3] = indices.total_samples + 7
+    elif damage == "sample_index":
+        sample[shuffle[3] + 1, 0] = len(indices.document_index) + 2
+    else:
+        sample[shuffle[3], 1] = -4
+    damaged = dataclasses.replace(indices, shuffle_index=shuffle, sample_index=sample)
+    sampling.sample_pieces(damaged, lengths, [0, 1, 2])  # the entries of other samples are fine
+    with pytest.raises(FormatError, match="index cache is damaged"):
+        sampling.sample_pieces(damaged, lengths, [2, 3])

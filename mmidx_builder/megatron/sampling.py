@@ -183,7 +183,7 @@ class SamplingIndices:
         return len(self.sample_index) - 1
 
 
-def _as_lengths(sequence_lengths) -> np.ndarray:
+def _as_lengths(sequence_lengths, check_values: bool = True) -> np.ndarray:
     sizes = np.asarray(sequence_lengths)
     if sizes.ndim != 1 or not np.issubdtype(sizes.dtype, np.integer):
         raise ParameterError(f"sequence_lengths must be a 1-D integer array, got dtype {sizes.dtype} "
@@ -193,7 +193,7 @@ def _as_lengths(sequence_lengths) -> np.ndarray:
     if len(sizes) > MAX_SEQUENCES:
         raise ParameterError(f"{len(sizes)} sequences exceed megatron-core's int32 sequence ids "
                              f"(at most {MAX_SEQUENCES}); split the data into several files")
-    if sizes.min() < 0:
+    if check_values and sizes.min() < 0:  # O(N): where indices are built (a cache hit needs none)
         k = int(np.argmax(sizes < 0))
         raise ParameterError(f"sequence {k} has length {int(sizes[k])}; lengths must be >= 0")
     return sizes
@@ -425,7 +425,7 @@ def load_or_build_indices(sequence_lengths, *, cache_dir: str | os.PathLike | No
     """
     if cache_dir is None:
         return build_indices(sequence_lengths, **build_kwargs)
-    sizes = _as_lengths(sequence_lengths)
+    sizes = _as_lengths(sequence_lengths, check_values=False)  # build_indices checks them when it builds
     unknown = set(build_kwargs) - {"seq_length", "seed", "num_epochs", "num_samples", "add_extra_token"}
     if unknown:
         raise TypeError(f"load_or_build_indices() got unexpected arguments {sorted(unknown)}")

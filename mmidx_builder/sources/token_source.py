@@ -133,6 +133,11 @@ class Concatenated:
         return self.parts
 
     @property
+    def lengths_fingerprint(self) -> dict | None:
+        """One part's recorded :func:`lengths_fingerprint` (None: compute it)."""
+        return getattr(self.parts[0], "lengths_fingerprint", None) if len(self.parts) == 1 else None
+
+    @property
     def remote(self) -> bool:
         """Some part is read over the network (worth reading ahead)."""
         return any(getattr(p, "remote", False) for p in self.parts)
@@ -183,6 +188,12 @@ class SequenceRange:
     @property
     def sequence_lengths(self) -> np.ndarray:
         return self.source.sequence_lengths[self.begin:self.end]  # fetched anew: see Concatenated
+
+    @property
+    def lengths_fingerprint(self) -> dict | None:
+        """The source's recorded :func:`lengths_fingerprint` when the range is all of it."""
+        whole = self.begin == 0 and self.end == len(self.source.sequence_lengths)
+        return getattr(self.source, "lengths_fingerprint", None) if whole else None
 
     def read_pieces(self, sequence_ids, offsets, lengths, out: np.ndarray | None = None) -> np.ndarray:
         sequence_ids, offsets, lengths, out = check_pieces(
