@@ -22,6 +22,7 @@ which only one of ``26 + 12N`` and ``34 + 12N + 8D (+ N)`` can match.
 
 Megatron's own reader trusts every pointer; this one validates the whole index on open,
 with vectorised checks, so that no file, however damaged, makes it read outside the files.
+Given an index cache (``cache_dir``), it does so once per file identity (:class:`OpeningRecord`).
 """
 
 from __future__ import annotations

@@ -103,7 +103,7 @@ def save_arrays(meta_path: str, array_paths: dict[str, str], arrays: dict[str, n
 def load_arrays(meta_path: str, array_paths: dict[str, str]) -> tuple[dict, dict[str, np.ndarray]] | None:
     """``(fields, arrays)`` (read-only memory maps) of a cache, or None when there is none or
     it is damaged (then with a warning naming the file; the caller rebuilds it)."""
-    remove_stale_temporaries(os.path.dirname(meta_path), ("*.npy", "*.json"))
+    _clean_once(os.path.dirname(meta_path))
     try:
         with open(meta_path, "rb") as f:
             text = f.read()
@@ -149,6 +149,19 @@ def load_arrays(meta_path: str, array_paths: dict[str, str]) -> tuple[dict, dict
             meta["arrays"][name][DIGEST_KEY]
     fields = {k: v for k, v in meta.items() if k not in ("arrays", "checked", "checked_at", DIGEST_KEY)}
     return fields, arrays
+
+
+_CLEANED: set[tuple[int, str]] = set()
+
+
+def _clean_once(folder: str) -> None:
+    """Removes killed writers' temporaries from ``folder``, once per process: a blend of 1,000
+    prefixes loads 2,000 caches from one folder of 8,000 files, and a scan at each load would
+    cost O(prefixes**2). A writer killed later is cleaned up by the next process."""
+    key = (os.getpid(), os.path.abspath(folder))
+    if key not in _CLEANED:
+        remove_stale_temporaries(folder, ("*.npy", "*.json"))
+        _CLEANED.add(key)
 
 
 def _record_check(meta_path: str, meta: dict, signatures: dict, now: float) -> None:
