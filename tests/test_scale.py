@@ -180,10 +180,10 @@ def test_resume_at_a_late_sample_equals_the_full_pass_there(tmp_path, torch):
     late = (len(full) // per_rank_batch - 7) * 2 * per_rank_batch  # 7 global batches before the end
     resumed = _collect(megatron_rank_stream(stream, 1, 2, 3, consumed_samples=late))
     assert resumed == full[late // 2:]
-    # From a state as a worker saves it, deep into the pass.
+    # From a saved state, deep into the pass.
+    state = megatron_rank_stream(stream, 1, 2, 3, consumed_samples=late).state_dict()
     ranked = megatron_rank_stream(stream, 1, 2, 3)
-    ranked.load_state_dict({"format": "mmidx-megatron-rank-stream", "version": 1,
-                            "fingerprint": dict(ranked.fingerprint), "consumed_samples": late})
+    ranked.load_state_dict(state)
     assert _collect(ranked) == full[late // 2:]
 
 
