@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import Iterator
 
 import datasets
-import numpy as np
 import pyarrow as pa
 
 from ..sources import provenance
@@ -29,7 +28,7 @@ from .card_checksums import verify_against_card
 from .data_files import identity_paths, split_files
 from .plans import OpenedSplit, Plan, opened_split
 from .registry import record_checksums
-from .tables import ROWS_PER_TABLE, joined_batches, one_ahead, shard_ranges
+from .tables import ROWS_PER_TABLE, joined_batches, one_ahead, shard_ranges, table_rows
 
 logger = datasets.utils.logging.get_logger(__name__)
 
@@ -196,13 +195,12 @@ class BaseBuilder(datasets.ArrowBasedBuilder):
                     yield {"plan": plan, "ranges": [part]}
 
     def _generate_tables(self, plan, ranges: list[tuple[int, int]]):
-        batches = [(datasets.builder.Key(shard, batch), np.arange(first, min(first + ROWS_PER_TABLE, stop)))
-                   for shard, (start, stop) in enumerate(ranges)
-                   for batch, first in enumerate(range(start, stop, ROWS_PER_TABLE))]
+        alone, batches = table_rows(ranges)
         # One gather for consecutive tables of up to ROWS_PER_TABLE rows in all, cut back into
         # the (shard, batch) tables datasets counts: 960 shards of a small corpus are a few dozen
         # rows each, and a gather (and a thread hand-off) per shard would cost more than its rows.
-        for group, table in self._tables(plan, joined_batches(batches, ROWS_PER_TABLE)):
+        groups = [([(key, len(rows))], rows) for key, rows in alone] + joined_batches(batches, ROWS_PER_TABLE)
+        for group, table in self._tables(plan, groups):
             if len(group) == 1:
                 yield group[0][0], table
                 continue

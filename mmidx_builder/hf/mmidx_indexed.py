@@ -51,6 +51,6 @@ class MMIdxIndexed(GPTSamplesBuilder):
     def open_plan(plan: Plan, opener):
         paths = plan.read_paths
         files = [IndexedFile.open(split_prefix(idx), idx_path=idx, bin_path=bin_,
-                                  opener=ranged(opener) if is_remote(bin_) else None)
+                                  opener=ranged(opener) if is_remote(bin_) else None, cache_dir=plan["index_cache_dir"])
                  for bin_, idx in zip(paths[0::2], paths[1::2])]
         return opened_samples(Concatenated(files), plan, files)

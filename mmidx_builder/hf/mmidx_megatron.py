@@ -194,7 +194,8 @@ class MMIdxMegatron(GPTSamplesBuilder):
         for prefix, bin_path, idx_path in plan.read_paths:
             remote = is_remote(bin_path)
             files.append(IndexedFile.open(split_prefix(idx_path), idx_path=idx_path, bin_path=bin_path,
-                                          opener=ranged(opener) if remote else None))
+                                          opener=ranged(opener) if remote else None,
+                                          cache_dir=plan["index_cache_dir"]))
             sources[prefix] = Concatenated([files[-1]])
         built = build_split(plan["split_plan"], sources, cache_dir=plan["index_cache_dir"], **dict(plan["sampling"]))
         dtype = np.dtype(plan["dtype"]) if plan["dtype"] else built.dtype

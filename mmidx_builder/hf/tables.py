@@ -3,7 +3,9 @@ consecutive small batches joined into one gather, fixed-size list columns, sampl
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+import queue
+import threading
+from concurrent.futures import Future
 
 import datasets
 import numpy as np
@@ -28,20 +30,64 @@ def one_ahead(make, batches):
     """Yields ``(key, make(rows))`` while the next table is being made in a worker thread,
     so gathering tokens overlaps with what the caller does with the table (datasets writing
     it to the Arrow cache). numpy's copies and file I/O release the GIL. Streaming asks for
-    one shard (often one table) at a time: nothing to overlap then, and a thread only costs."""
+    one shard (often one table) at a time: nothing to overlap then, and a thread only costs.
+
+    Leaving early (a ``break``, ``take``, the interpreter's exit) never waits for the table
+    being made ahead: the thread is a daemon that finishes it alone and ends, and a table not
+    started yet is dropped (a ThreadPoolExecutor would be joined, at exit too)."""
     if len(batches) < 2:
         for key, rows in batches:
             yield key, make(rows)
         return
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        pending = None
+    jobs = queue.SimpleQueue()
+    threading.Thread(target=_make_tables, args=(make, jobs), name="mmidx-one-ahead", daemon=True).start()
+    pending = None
+    try:
         for key, rows in batches:
-            future = pool.submit(make, rows)
+            future = Future()
+            jobs.put((future, rows))
             if pending is not None:
                 yield pending[0], pending[1].result()
             pending = (key, future)
         if pending is not None:
             yield pending[0], pending[1].result()
+            pending = None
+    finally:
+        if pending is not None:
+            pending[1].cancel()  # not started yet: never made
+        jobs.put(None)
+
+
+def _make_tables(make, jobs: queue.SimpleQueue) -> None:
+    """one_ahead's thread: makes the tables asked for, in order, until told to stop."""
+    while (job := jobs.get()) is not None:
+        future, rows = job
+        if not future.set_running_or_notify_cancel():
+            continue
+        try:
+            future.set_result(make(rows))
+        except BaseException as error:  # noqa: BLE001  handed to the consumer, raised there
+            future.set_exception(error)
+
+
+def table_rows(ranges: list[tuple[int, int]], first_sizes=(1, 8, 64, 512)) -> tuple[list, list]:
+    """``(alone, batches)``: the rows of ``ranges`` (shards) cut into ``(Key(shard, batch), rows)``
+    of up to ROWS_PER_TABLE rows. When the first shard is larger than a table, its first
+    batches hold ``first_sizes`` rows and come apart in ``alone`` (to be made one by one, never
+    joined): the first row of a stream waits for one sample's reads, not a thousand (issue
+    31). A smaller shard costs at most one table anyway."""
+    alone, batches = [], []
+    for shard, (start, stop) in enumerate(ranges):
+        position = start
+        if shard == 0 and stop - start > ROWS_PER_TABLE:
+            for size in first_sizes:
+                alone.append((datasets.builder.Key(shard, len(alone)), np.arange(position, position + size)))
+                position += size
+        for first in range(position, stop, ROWS_PER_TABLE):
+            batch = len(alone) if shard == 0 else 0
+            batches.append((datasets.builder.Key(shard, batch + (first - position) // ROWS_PER_TABLE),
+                            np.arange(first, min(first + ROWS_PER_TABLE, stop))))
+    return alone, batches
 
 
 def joined_batches(batches, limit: int) -> list:

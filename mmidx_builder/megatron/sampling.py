@@ -39,7 +39,7 @@ import numpy as np
 from ..storage import array_cache
 from ..storage.files import temporary_path
 from ..checks import check_int, check_seed
-from ..errors import ParameterError
+from ..errors import FormatError, ParameterError
 
 __all__ = [
     "SamplingIndices",
@@ -68,8 +68,8 @@ SEPARATE_FINAL_EPOCH_THRESHOLD = 0.80
 # Documents handled per step of the sample-index build: bounds its int64 temporaries (~12 MiB).
 _CHUNK = 1 << 18
 # Bump when the cached arrays' meaning changes, so old caches are not reused.
-# 2: the meta file holds the arrays' digests (array_cache).
-_CACHE_FORMAT = 2
+# 2: the meta file holds the arrays' digests (array_cache). 3: keyed by the lengths' xxh3 digest.
+_CACHE_FORMAT = 3
 _ARRAY_NAMES = ("document_index", "sample_index", "shuffle_index")
 
 
@@ -183,7 +183,7 @@ class SamplingIndices:
         return len(self.sample_index) - 1
 
 
-def _as_lengths(sequence_lengths) -> np.ndarray:
+def _as_lengths(sequence_lengths, check_values: bool = True) -> np.ndarray:
     sizes = np.asarray(sequence_lengths)
     if sizes.ndim != 1 or not np.issubdtype(sizes.dtype, np.integer):
         raise ParameterError(f"sequence_lengths must be a 1-D integer array, got dtype {sizes.dtype} "
@@ -193,7 +193,7 @@ def _as_lengths(sequence_lengths) -> np.ndarray:
     if len(sizes) > MAX_SEQUENCES:
         raise ParameterError(f"{len(sizes)} sequences exceed megatron-core's int32 sequence ids "
                              f"(at most {MAX_SEQUENCES}); split the data into several files")
-    if sizes.min() < 0:
+    if check_values and sizes.min() < 0:  # O(N): where indices are built (a cache hit needs none)
         k = int(np.argmax(sizes < 0))
         raise ParameterError(f"sequence {k} has length {int(sizes[k])}; lengths must be >= 0")
     return sizes
@@ -344,9 +344,11 @@ def _cache_key(sizes: np.ndarray, identity: str, params: dict) -> str:
     digest = hashlib.sha256()
     description = {"cache_format": _CACHE_FORMAT, "identity": str(identity), "num_sequences": len(sizes), **params}
     digest.update(json.dumps(description, sort_keys=True).encode())
-    # The lengths themselves too: an identity made of sizes and mtimes can miss a rewrite.
-    digest.update(sizes.dtype.str.encode())
-    digest.update(np.ascontiguousarray(sizes).data)
+    # The lengths themselves too: an identity made of sizes and mtimes can miss a rewrite. Lengths
+    # mapped from an index cache come with the digest recorded when they were written (an opened
+    # pair's, format.OpeningRecord): the key then costs nothing per sequence.
+    whole = isinstance(sizes, np.memmap) and sizes.flags.c_contiguous
+    digest.update(((whole and array_cache.recorded_digest(sizes)) or array_cache.array_digest(sizes)).encode())
     return digest.hexdigest()[:32]
 
 
@@ -374,18 +376,11 @@ def _load_cached(paths: dict[str, str], num_sequences: int) -> SamplingIndices |
                       and indices.num_samples <= indices.total_samples)
     except (KeyError, TypeError):
         consistent = False
-    # Values too: a cache written whole but wrong must not index outside the arrays.
-    consistent = consistent and _in_range(indices.document_index, num_sequences) and _in_range(
-        indices.sample_index[:, 0], len(indices.document_index)) and _in_range(
-        indices.shuffle_index, indices.total_samples) and (len(indices.sample_index) == 0 or (
-        int(indices.sample_index[:, 1].min()) >= 0))
+    # Values are checked where they are used (sample_pieces: O(rows) a table), not here: a
+    # pass over every value would cost O(samples) at each open.
     if not consistent:
         warnings.warn(f"sampling index cache {paths['meta']} is damaged; rebuilding it", stacklevel=3)
     return indices if consistent else None
-
-
-def _in_range(values: np.ndarray, bound: int) -> bool:
-    return len(values) == 0 or (int(values.min()) >= 0 and int(values.max()) < bound)
 
 
 def _save_cached(paths: dict[str, str], indices: SamplingIndices) -> None:
@@ -430,7 +425,7 @@ def load_or_build_indices(sequence_lengths, *, cache_dir: str | os.PathLike | No
     """
     if cache_dir is None:
         return build_indices(sequence_lengths, **build_kwargs)
-    sizes = _as_lengths(sequence_lengths)
+    sizes = _as_lengths(sequence_lengths, check_values=False)  # build_indices checks them when it builds
     unknown = set(build_kwargs) - {"seq_length", "seed", "num_epochs", "num_samples", "add_extra_token"}
     if unknown:
         raise TypeError(f"load_or_build_indices() got unexpected arguments {sorted(unknown)}")
@@ -481,8 +476,11 @@ def sample_pieces(indices: SamplingIndices, sequence_lengths: np.ndarray, sample
     shuffle_index, sample_index, document_index = (
         np.asarray(a) for a in (indices.shuffle_index, indices.sample_index, indices.document_index))
     rows = shuffle_index[ids].astype(np.int64)
+    _check_used("shuffle_index", rows, 0, indices.total_samples - 1, rows >= 0)
     begin = sample_index[rows].astype(np.int64, copy=False)
     end = sample_index[rows + 1].astype(np.int64, copy=False)
+    _check_used("sample_index", begin[:, 0], 0, len(document_index) - 1,
+                (end[:, 0] >= begin[:, 0]) & (end[:, 0] < len(document_index)) & (begin[:, 1] >= 0) & (end[:, 1] >= 0))
     spans = end[:, 0] - begin[:, 0] + 1  # document-index positions each sample touches
     last_piece = np.cumsum(spans)
     last_piece -= 1
@@ -503,6 +501,18 @@ def sample_pieces(indices: SamplingIndices, sequence_lengths: np.ndarray, sample
     sample_of_piece = np.repeat(np.arange(len(ids)), spans)
     pieces_per_sample = np.bincount(sample_of_piece[keep], minlength=len(ids)).astype(np.int64)
     return sequence_ids[keep], offsets[keep], lengths[keep], pieces_per_sample
+
+
+def _check_used(name: str, values: np.ndarray, low: int, high: int, also: np.ndarray) -> None:
+    """The index entries a read is about to use are in range: indices loaded from a cache are
+    checked where they are used, O(rows), instead of whole at every open. (Sequence ids and
+    offsets are checked against the lengths by every read_pieces.)"""
+    bad = (values < low) | (values > high) | ~also
+    if bad.any():
+        k = int(np.flatnonzero(bad)[0])
+        raise FormatError("sampling indices", f"{name} entry used for sample {k} of the read",
+                          f"values in [{low}, {high}] that fit the other indices", int(values[k]),
+                          hint="the index cache is damaged or was built for other data; delete it to rebuild")
 
 
 def assemble_samples(source, indices: SamplingIndices, sample_ids) -> np.ndarray:

@@ -22,28 +22,33 @@ which only one of ``26 + 12N`` and ``34 + 12N + 8D (+ N)`` can match.
 
 Megatron's own reader trusts every pointer; this one validates the whole index on open,
 with vectorised checks, so that no file, however damaged, makes it read outside the files.
+Given an index cache (``cache_dir``), it does so once per file identity (:class:`OpeningRecord`).
 """
 
 from __future__ import annotations
 
 import array
 import glob
+import hashlib
 import os
 import shutil
 import struct
+import warnings
 from dataclasses import dataclass
 from typing import IO, Callable, Iterable, Sequence
 
 import numpy as np
 
-from ..storage.bin_readers import BinReader
+from ..storage import array_cache
+from ..storage.bin_readers import BinReader, MemmapBinReader
 from ..storage.files import (TEMPORARY_MARK, WriterLock,  # noqa: F401  (TEMPORARY_MARK: tests read it here)
                             file_identity, remove_quietly, temporary_path, temporary_stem)
 from ..storage.files import remove_stale_temporaries as remove_stale_files
+from ..storage.mapped import MappedFile
 from ..storage.pairs import check_partners, open_pair  # noqa: F401  (check_partners: callers find it here)
 from ..dtypes import DTYPE_TABLES, FAIRSEQ_DTYPES, MEGATRON_DTYPES, Flavour, dtype_code, smallest_dtype, writer_dtype  # noqa: F401
 from ..errors import FormatError, MissingPartnerError, ParameterError
-from .token_source import check_pieces, combined_identity, first_bad
+from .token_source import check_pieces, combined_identity, first_bad, lengths_fingerprint
 
 MAGIC = b"MMIDIDX\x00\x00"
 # The provenance sidecar beside a pair (provenance.py): it describes one generation of the
@@ -162,8 +167,10 @@ class IndexedFile:
     indices are copies made when asked.
     """
 
-    def __init__(self, prefix: str, header: Header, index, bin_reader: BinReader, idx_path: str, bin_path: str):
+    def __init__(self, prefix: str, header: Header, index, bin_reader: BinReader, idx_path: str, bin_path: str,
+                 cache_dir: str | None = None):
         self.prefix = prefix
+        self.cache_dir = cache_dir
         self.idx_path = idx_path
         self.bin_path = bin_path
         self.header = header
@@ -179,7 +186,15 @@ class IndexedFile:
         self._modes_at = self._documents_at + DOCUMENT_INDEX_DTYPE.itemsize * documents
         self._lengths = None  # the copy, made by sequence_lengths
         self._block_starts = self._offsets = None  # where sequences start (_BLOCK_BITS), made after it
-        self._num_tokens = self._validate()
+        # What opening_record found or recorded: the lengths' fingerprint (provenance).
+        self.lengths_fingerprint = None
+        record = opening_record(self, cache_dir) if cache_dir is not None else None
+        if record is not None and record.load():
+            self._num_tokens = record.num_tokens
+        else:
+            self._num_tokens = self._validate()
+            if record is not None:
+                record.save()
         self.identities = (index.identity, getattr(bin_reader, "identity", None) or file_identity(bin_path))
         self.identity = combined_identity("mmidx", list(self.identities))
 
@@ -191,8 +206,13 @@ class IndexedFile:
     @classmethod
     def open(cls, path: str | os.PathLike, *, opener: Callable[..., IO[bytes]] | None = None,
              idx_path: str | None = None, bin_path: str | None = None,
-             expected_identities: tuple[str, str] | None = None) -> "IndexedFile":
+             expected_identities: tuple[str, str] | None = None, cache_dir: str | os.PathLike | None = None
+             ) -> "IndexedFile":
         """Opens and validates ``PREFIX`` (or ``PREFIX.bin`` / ``PREFIX.idx``).
+
+        ``cache_dir`` (local files only): validate the whole index once per file identity and
+        keep its lengths and starts there as shared memory maps (:class:`OpeningRecord`);
+        without it, every opening validates the whole index and copies the lengths.
 
         ``idx_path`` / ``bin_path`` override where the two files are read from, for
         downloads that lost their names. ``expected_identities`` (another opening's
@@ -207,7 +227,8 @@ class IndexedFile:
         head = min(opened.index.size, MEGATRON_HEADER_SIZE)
         header = parse_header(opened.index.read(0, head, np.uint8).tobytes(), opened.index.size, idx_path)
         index, reader = opened.index, opened.bin_reader(header.dtype)
-        return cls(prefix, header, index, reader, idx_path, bin_path)
+        cache_dir = os.fspath(cache_dir) if cache_dir is not None else None
+        return cls(prefix, header, index, reader, idx_path, bin_path, cache_dir)
 
     def __reduce__(self):
         # A copy in another process (spawn workers) maps the files again, and only the very
@@ -215,7 +236,7 @@ class IndexedFile:
         # A remote reader's RemoteAccess (storage options, block cache) travels as its opener.
         opener = getattr(self._bin, "_opener", None) or getattr(self._bin, "access", None)
         return (_reopen, (self.prefix, self.idx_path, self.bin_path, opener,
-                          self.identities if opener is None else None))
+                          self.identities if opener is None else None, self.cache_dir))
 
     def _table(self, offset: int, dtype: np.dtype, begin: int, end: int) -> np.ndarray:
         """Items ``begin:end`` of the index's table of ``dtype`` at byte ``offset``."""
@@ -481,9 +502,106 @@ class _LengthEntries:
         return self._indexed._lengths_of(ids)
 
 
-def _reopen(prefix, idx_path, bin_path, opener, identities) -> IndexedFile:
+def _reopen(prefix, idx_path, bin_path, opener, identities, cache_dir=None) -> IndexedFile:
     return IndexedFile.open(prefix, opener=opener, idx_path=idx_path, bin_path=bin_path,
-                            expected_identities=identities)
+                            expected_identities=identities, cache_dir=cache_dir)
+
+
+# Bump when what an opening record holds changes.
+_RECORD_FORMAT = 1
+_RECORD_ARRAYS = ("lengths", "block_starts", "offsets")
+
+
+def opening_record(indexed: "IndexedFile", cache_dir: str) -> "OpeningRecord | None":
+    """The record of this pair's validation in ``cache_dir``, for a local pair (None otherwise)."""
+    if not isinstance(indexed._index, MappedFile) or not isinstance(indexed._bin, MemmapBinReader):
+        return None
+    return OpeningRecord(indexed, cache_dir)
+
+
+class OpeningRecord:
+    """A pair validated once per file identity, its arrays shared by every process.
+
+    The whole-index validation (every length and pointer, every document index: O(N) reads of
+    the ``.idx``) runs once for a given identity of both files: device, inode, size, mtime and
+    ctime in ns (the path is not in it: another spelling of the same file finds the record).
+    Its outcome is written into the index cache beside the sampling indices (array_cache: the
+    meta file holds the header's numbers, the token count and the lengths' fingerprint; the
+    arrays are the sequence lengths and where each sequence starts). A later opening of files
+    with that identity checks the header against the record and the ``.bin``'s size against
+    the token count, reads nothing else of the ``.idx``, and uses the arrays as read-only
+    memory maps: the page cache holds one copy for every rank and worker.
+
+    What is trusted, and why: an in-place rewrite of the ``.idx`` moves its ctime (no user tool
+    can set it back), so it has another identity and is validated again; a record is written only
+    for an ``.idx`` whose last change is array_cache.SETTLE_SECONDS old (a rewrite within the
+    clock tick of the validation would keep the identity). The ``.bin`` is still read as before
+    (mapped.py: a truncation is a FormatError, never SIGBUS); the cached arrays are our own files,
+    replaced only by rename (docs/reliability.md says what that does not cover).
+    """
+
+    def __init__(self, indexed: "IndexedFile", cache_dir: str):
+        self.indexed = indexed
+        self.cache_dir = cache_dir
+        idx_stat = os.fstat(indexed._index._fd)
+        bin_stat = os.fstat(indexed._bin._file._fd)
+        self._idx_stat = idx_stat
+        signatures = [array_cache._signature(idx_stat), array_cache._signature(bin_stat)]
+        key = hashlib.sha256(f"{_RECORD_FORMAT}|{'|'.join(signatures)}".encode()).hexdigest()[:32]
+        self.paths = {name: os.path.join(cache_dir, f"opened-{key}-{name}.npy") for name in _RECORD_ARRAYS}
+        self.meta_path = os.path.join(cache_dir, f"opened-{key}-meta.json")
+        self.num_tokens = None
+
+    def _expected_fields(self) -> dict:
+        h = self.indexed.header
+        return {"format": _RECORD_FORMAT, "flavour": h.flavour.value, "dtype_code": h.dtype_code,
+                "num_sequences": h.num_sequences, "document_count": h.document_count, "multimodal": h.multimodal,
+                "idx_size": self.indexed.idx_size}
+
+    def load(self) -> bool:
+        """Takes the record when there is one for these files (True), else leaves all as it is."""
+        if not os.path.isfile(self.meta_path):
+            return False
+        loaded = array_cache.load_arrays(self.meta_path, self.paths)
+        if loaded is None:
+            return False
+        fields, arrays = loaded
+        n = self.indexed.num_sequences
+        if ({k: fields.get(k) for k in self._expected_fields()} != self._expected_fields()
+                or not isinstance(fields.get("num_tokens"), int) or arrays["lengths"].shape != (n,)
+                or arrays["offsets"].shape != (n,) or not isinstance(fields.get("fingerprint"), dict)):
+            return False
+        num_tokens = fields["num_tokens"]
+        indexed = self.indexed
+        if indexed.bin_size != num_tokens * indexed.dtype.itemsize:
+            raise FormatError(indexed.bin_path, "file size",
+                              f"{num_tokens * indexed.dtype.itemsize} bytes ({num_tokens} tokens of "
+                              f"{indexed.dtype.name} as {indexed.idx_path} says)", f"{indexed.bin_size} bytes")
+        self.num_tokens = num_tokens
+        indexed._lengths, indexed._block_starts, indexed._offsets = (arrays[k] for k in _RECORD_ARRAYS)
+        indexed.lengths_fingerprint = fields["fingerprint"]
+        return True
+
+    def save(self) -> None:
+        """Records a validation that just passed, and maps the arrays it wrote (best effort: a
+        cache that cannot be written leaves this opening as it was, with a warning)."""
+        if not array_cache.settled(self._idx_stat):
+            return  # changed within the last seconds: validate again next time
+        indexed = self.indexed
+        lengths = indexed.sequence_lengths
+        block_starts, offsets = _block_starts(lengths)
+        fields = {**self._expected_fields(), "num_tokens": indexed.num_tokens,
+                  "fingerprint": lengths_fingerprint(lengths)}
+        try:
+            array_cache.save_arrays(self.meta_path, self.paths,
+                                    {"lengths": lengths, "block_starts": block_starts, "offsets": offsets}, fields)
+        except OSError as error:
+            warnings.warn(f"index of {indexed.idx_path} not recorded in {self.cache_dir}: {error}", stacklevel=4)
+            return
+        # The files just written from these very arrays: mapped without reading them back.
+        indexed._lengths, indexed._block_starts, indexed._offsets = (
+            np.load(self.paths[name], mmap_mode="r", allow_pickle=False) for name in _RECORD_ARRAYS)
+        indexed.lengths_fingerprint = fields["fingerprint"]
 
 
 def _check_index(i: int, count: int, what: str, path: str) -> int:

@@ -38,18 +38,17 @@ uses this module.
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import logging
 import os
 import warnings
 from pathlib import Path
 
-import numpy as np
 import xxhash
 
 from ..errors import FormatError
 from .indexed import SIDECAR_SUFFIX, split_prefix
+from .token_source import lengths_fingerprint
 from ..storage.files import file_identity, is_remote, read_small_file, write_atomically
 
 logger = logging.getLogger(__name__)
@@ -64,9 +63,6 @@ _SIDECAR_FIELDS = {"tokenizer": (str, type(None)), "vocab_size": (int, type(None
                    "eod_id": (int, type(None)), "append_eod": (bool,)}
 # What names the pair's generation in ``pair``.
 _PAIR_FIELDS = {"idx_bytes": int, "idx_xxh3_128": str}
-# The lengths hash reads at most this many sequence lengths (evenly strided): enough to tell
-# files apart, cheap for a billion sequences.
-_HASHED_LENGTHS = 1 << 20
 
 
 def sidecar_path(prefix: str | os.PathLike) -> str:
@@ -215,14 +211,6 @@ def _fetch_sidecar(bin_path: str, dl_manager, opener) -> dict | None:
     return _of_this_pair(fields, pair, path, idx, opener)
 
 
-def _lengths_digest(lengths: np.ndarray) -> str:
-    lengths = np.asarray(lengths, dtype=np.int64)
-    step = max(1, -(-len(lengths) // _HASHED_LENGTHS))
-    digest = hashlib.sha256(f"{len(lengths)}:{step}:".encode())
-    digest.update(np.ascontiguousarray(lengths[::step]).data)
-    return digest.hexdigest()[:16]
-
-
 def tokenizer_facts(files, dl_manager=None, opener=open) -> dict:
     """What the sidecars of ``files`` (the .bin files of a split) agree on: tokenizer,
     vocab_size, eod_id, append_eod; all None unless every file has a sidecar and they agree."""
@@ -242,9 +230,8 @@ def source_fingerprint(source) -> dict:
     its lengths and, for a Megatron split's part, the sequence range it covers. Two files of
     one name (``x/a_text_document``, ``y/a_text_document``) or one file under two split strings
     differ here."""
-    lengths = np.asarray(source.sequence_lengths)
-    found = {"num_sequences": int(len(lengths)), "num_tokens": int(lengths.sum(dtype=np.int64)),
-             "lengths_sha256": _lengths_digest(lengths)}
+    # An opened .bin/.idx pair recorded it with its index cache: no pass over its lengths.
+    found = dict(getattr(source, "lengths_fingerprint", None) or lengths_fingerprint(source.sequence_lengths))
     if hasattr(source, "begin") and hasattr(source, "end"):
         found["sequence_range"] = [int(source.begin), int(source.end)]
     return found

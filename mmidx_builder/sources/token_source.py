@@ -12,6 +12,7 @@ sequence, whatever the request.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from typing import Protocol, Sequence, runtime_checkable
 
@@ -39,6 +40,23 @@ class TokenSource(Protocol):
     identity: str
 
     def read_pieces(self, sequence_ids, offsets, lengths, out: np.ndarray | None = None) -> np.ndarray: ...
+
+
+# The lengths hash reads at most this many sequence lengths (evenly strided): enough to tell
+# files apart, cheap for a billion sequences.
+HASHED_LENGTHS = 1 << 20
+
+
+def lengths_fingerprint(lengths: np.ndarray) -> dict:
+    """What of a source's lengths decides its samples, in a few numbers: the sequence and token
+    counts and a sha256 of up to HASHED_LENGTHS strided lengths (as int64). One pass over the
+    lengths; format.IndexedFile records it with its index cache, so a warm open reads none."""
+    lengths = np.asarray(lengths)
+    step = max(1, -(-len(lengths) // HASHED_LENGTHS))
+    digest = hashlib.sha256(f"{len(lengths)}:{step}:".encode())
+    digest.update(np.ascontiguousarray(lengths[::step], dtype=np.int64).data)
+    return {"num_sequences": int(len(lengths)), "num_tokens": int(lengths.sum(dtype=np.int64)),
+            "lengths_sha256": digest.hexdigest()[:16]}
 
 
 def first_bad(mask: np.ndarray) -> int:
@@ -116,6 +134,11 @@ class Concatenated:
         return self.parts
 
     @property
+    def lengths_fingerprint(self) -> dict | None:
+        """One part's recorded :func:`lengths_fingerprint` (None: compute it)."""
+        return getattr(self.parts[0], "lengths_fingerprint", None) if len(self.parts) == 1 else None
+
+    @property
     def remote(self) -> bool:
         """Some part is read over the network (worth reading ahead)."""
         return any(getattr(p, "remote", False) for p in self.parts)
@@ -167,6 +190,12 @@ class SequenceRange:
     def sequence_lengths(self) -> np.ndarray:
         return self.source.sequence_lengths[self.begin:self.end]  # fetched anew: see Concatenated
 
+    @property
+    def lengths_fingerprint(self) -> dict | None:
+        """The source's recorded :func:`lengths_fingerprint` when the range is all of it."""
+        whole = self.begin == 0 and self.end == len(self.source.sequence_lengths)
+        return getattr(self.source, "lengths_fingerprint", None) if whole else None
+
     def read_pieces(self, sequence_ids, offsets, lengths, out: np.ndarray | None = None) -> np.ndarray:
         sequence_ids, offsets, lengths, out = check_pieces(
             self.sequence_lengths, sequence_ids, offsets, lengths, out, self.dtype,
@@ -190,6 +219,13 @@ def _identity_path(identity: str) -> str | None:
     return parts[0] if len(parts) == 5 and all(p.isdigit() for p in parts[1:]) else None
 
 
+@functools.lru_cache(maxsize=4)
+def _named_identities(expected: str) -> dict:
+    """path -> identity of a plan's ``|``-joined identities, parsed once per plan: a blend of
+    1,000 prefixes checks each of its files against all of them (O(prefixes**2) parses before)."""
+    return {_identity_path(e): e for e in expected.split("|")}
+
+
 def check_opened(source, expected: str) -> None:
     """FormatError unless every local file ``source`` opened, among those that ``expected``
     (a ``|``-joined list of file identities, taken when the dataset was planned) names, is
@@ -199,7 +235,7 @@ def check_opened(source, expected: str) -> None:
     A process that opens the files again (a spawn DataLoader worker, a rerun) must read the
     very files the dataset's row count and sample order were made from: a pair replaced
     since would give another pair's tokens under the old row count."""
-    named = {_identity_path(e): e for e in expected.split("|")}
+    named = _named_identities(expected)
     for found in file_identities(source):
         path = _identity_path(found)  # None: a remote file, its URL as its identity
         if path is not None and named.get(path, found) != found:
@@ -225,4 +261,4 @@ def check_still_named(source) -> None:
 
 
 __all__ = ["Concatenated", "SequenceRange", "TokenSource", "check_opened", "check_pieces", "check_still_named",
-           "combined_identity", "file_identities", "first_bad"]
+           "combined_identity", "file_identities", "first_bad", "lengths_fingerprint"]

@@ -3,21 +3,39 @@ vouches for them.
 
     KEY-NAME.npy    one array per name, ``np.save(allow_pickle=False)``
     KEY-meta.json   the caller's fields at the top level, plus
-                    "arrays":  {NAME: {"dtype": "<u4", "shape": [...], "xxh3_128": hex}}
+                    "arrays":   {NAME: {"dtype": "<u4", "shape": [...], "xxh3_128": hex}}
+                    "checked":  {NAME: stat signature} of the files whose digest a load checked,
+                                and "checked_at" (Unix time) when that was
                     "xxh3_128": the digest of everything else in this file
 
 Every file is written atomically (hidden temporary name, then rename) and the meta file
-last, so its presence says the arrays are complete. A load checks the meta's own digest,
-then each array's dtype, shape and the digest of its bytes: a cache damaged in any bit
-(a disk error, a copy cut short) is never served; it is reported with a warning naming the
-file and rebuilt. A killed writer's temporaries are removed by the next load in the folder.
-xxh3 reads at memory speed, so checking a cache costs far less than building it.
+last, so its presence says the arrays are complete. A killed writer's temporaries are
+removed by the next load in the folder. Arrays come back as read-only memory maps, so every
+process (ranks, DataLoader workers, forked or spawned) shares one copy in the page cache.
+
+What a load checks (docs/reliability.md says why this schedule):
+
+* always: the meta file's own digest (a few hundred bytes), each array's ``.npy`` header,
+  dtype and shape. O(header), whatever the arrays' size.
+* the digest of an array's bytes (xxh3, memory speed, ~1 s a GB), when the file is not the
+  one a load already checked: its stat signature (inode, size, mtime, ctime, in ns) is not
+  the one recorded under "checked". Any write through the filesystem (a bit flipped in
+  place, a copy, a truncation) moves ctime, which no user tool can set back, so a file
+  written since is checked whole again. A signature is recorded only for files whose last
+  change is SETTLE_SECONDS old when checked: a timestamp is as fine as the kernel's clock
+  tick, and a write in the tick of the check would keep the signature (git's "racily clean"
+  rule). So the first loads after a build check the digests, later ones trust the stat.
+* the digest again once the last check is older than RECHECK_SECONDS (a week), for damage
+  that no write made (a failing disk); ``MMIDX_CHECK_INDEX_CACHE=1`` checks at every load.
+
+A damaged cache is never served: it is reported with a warning naming the file and rebuilt.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import time
 import warnings
 
 import numpy as np
@@ -26,17 +44,47 @@ import xxhash
 from .files import remove_stale_temporaries, write_atomically
 
 DIGEST_KEY = "xxh3_128"
+# A file changed this recently may share its timestamps with a write still to come.
+SETTLE_SECONDS = 2.0
+# The digests are checked again when the last check is older than this.
+RECHECK_SECONDS = 7 * 24 * 3600
+CHECK_ALWAYS_VARIABLE = "MMIDX_CHECK_INDEX_CACHE"
+# Digests of the arrays handed out, by file: callers key on them without hashing the bytes.
+_DIGESTS: dict[tuple[str, str], str] = {}
 
 
-def _array_digest(array: np.ndarray) -> str:
+def array_digest(array: np.ndarray) -> str:
+    """xxh3-128 of an array's dtype, shape and bytes (what the meta file records)."""
     digest = xxhash.xxh3_128(f"{array.dtype.str}:{list(array.shape)}:".encode())
-    digest.update(np.ascontiguousarray(array).view(np.uint8).reshape(-1).data)
+    flat = np.ascontiguousarray(array).view(np.uint8).reshape(-1)
+    for begin in range(0, len(flat), 1 << 26):  # 64 MiB at a time: a memory map is paged in and out
+        digest.update(flat[begin:begin + (1 << 26)].data)
     return digest.hexdigest()
 
 
 def _meta_digest(meta: dict) -> str:
     fields = {k: v for k, v in meta.items() if k != DIGEST_KEY}
     return xxhash.xxh3_128(json.dumps(fields, sort_keys=True).encode()).hexdigest()
+
+
+def _signature(stat: os.stat_result) -> str:
+    return f"{stat.st_dev}:{stat.st_ino}:{stat.st_size}:{stat.st_mtime_ns}:{stat.st_ctime_ns}"
+
+
+def settled(stat: os.stat_result, now: float | None = None) -> bool:
+    """Whether a file's last change is old enough that a later write would change its stat."""
+    now = time.time() if now is None else now
+    return now - max(stat.st_mtime, stat.st_ctime) > SETTLE_SECONDS
+
+
+def recorded_digest(array) -> str | None:
+    """The digest (as :func:`save_arrays` records it) of an array :func:`load_arrays` handed
+    out, without reading it; None for any other array."""
+    filename = getattr(array, "filename", None)
+    if filename is None or not isinstance(array, np.memmap):
+        return None
+    found = _DIGESTS.get((os.fspath(filename), array.dtype.str + str(list(array.shape))))
+    return found
 
 
 def save_arrays(meta_path: str, array_paths: dict[str, str], arrays: dict[str, np.ndarray], fields: dict) -> None:
@@ -46,7 +94,7 @@ def save_arrays(meta_path: str, array_paths: dict[str, str], arrays: dict[str, n
     for name, path in array_paths.items():
         array = np.asarray(arrays[name])
         write_atomically(path, lambda f, a=array: np.save(f, a, allow_pickle=False))
-        described[name] = {"dtype": array.dtype.str, "shape": list(array.shape), DIGEST_KEY: _array_digest(array)}
+        described[name] = {"dtype": array.dtype.str, "shape": list(array.shape), DIGEST_KEY: array_digest(array)}
     meta = {**fields, "arrays": described}
     meta[DIGEST_KEY] = _meta_digest(meta)
     write_atomically(meta_path, json.dumps(meta, indent=1).encode())
@@ -55,7 +103,7 @@ def save_arrays(meta_path: str, array_paths: dict[str, str], arrays: dict[str, n
 def load_arrays(meta_path: str, array_paths: dict[str, str]) -> tuple[dict, dict[str, np.ndarray]] | None:
     """``(fields, arrays)`` (read-only memory maps) of a cache, or None when there is none or
     it is damaged (then with a warning naming the file; the caller rebuilds it)."""
-    remove_stale_temporaries(os.path.dirname(meta_path), ("*.npy", "*.json"))
+    _clean_once(os.path.dirname(meta_path))
     try:
         with open(meta_path, "rb") as f:
             text = f.read()
@@ -70,19 +118,61 @@ def load_arrays(meta_path: str, array_paths: dict[str, str]) -> tuple[dict, dict
     if not isinstance(meta, dict) or meta.get(DIGEST_KEY) != _meta_digest(meta) or not isinstance(
             meta.get("arrays"), dict) or set(meta["arrays"]) != set(array_paths):
         return _damaged(meta_path, "its digest does not match its contents")
-    arrays = {}
+    now = time.time()
+    checked = meta.get("checked") if isinstance(meta.get("checked"), dict) else {}
+    recent = isinstance(meta.get("checked_at"), (int, float)) and now - meta["checked_at"] < RECHECK_SECONDS
+    always = os.environ.get(CHECK_ALWAYS_VARIABLE, "") not in ("", "0")
+    arrays, signatures, newly_checked = {}, {}, False
     for name, path in array_paths.items():
         expected = meta["arrays"][name]
         try:
             array = np.load(path, mmap_mode="r", allow_pickle=False)
+            stat = os.stat(path)
         except Exception as error:  # noqa: BLE001  a damaged .npy header fails numpy's parser in many ways
             return _damaged(path, f"unreadable: {type(error).__name__}: {error}")
-        found = {"dtype": array.dtype.str, "shape": list(array.shape), DIGEST_KEY: _array_digest(array)}
-        if found != expected:
+        found = {"dtype": array.dtype.str, "shape": list(array.shape)}
+        if found != {k: expected.get(k) for k in found}:
             return _damaged(path, f"expected {expected}, found {found}")
+        signature = _signature(stat)
+        if always or not recent or checked.get(name) != signature:
+            digest = array_digest(array)
+            if digest != expected.get(DIGEST_KEY):
+                return _damaged(path, f"expected the digest {expected.get(DIGEST_KEY)}, found {digest}")
+            newly_checked = True
+        if settled(stat, now):
+            signatures[name] = signature
         arrays[name] = array
-    fields = {k: v for k, v in meta.items() if k not in ("arrays", DIGEST_KEY)}
+    if newly_checked and len(signatures) == len(array_paths):
+        _record_check(meta_path, meta, signatures, now)
+    for name, array in arrays.items():
+        _DIGESTS[(os.fspath(array.filename), array.dtype.str + str(list(array.shape)))] = \
+            meta["arrays"][name][DIGEST_KEY]
+    fields = {k: v for k, v in meta.items() if k not in ("arrays", "checked", "checked_at", DIGEST_KEY)}
     return fields, arrays
+
+
+_CLEANED: set[tuple[int, str]] = set()
+
+
+def _clean_once(folder: str) -> None:
+    """Removes killed writers' temporaries from ``folder``, once per process: a blend of 1,000
+    prefixes loads 2,000 caches from one folder of 8,000 files, and a scan at each load would
+    cost O(prefixes**2). A writer killed later is cleaned up by the next process."""
+    key = (os.getpid(), os.path.abspath(folder))
+    if key not in _CLEANED:
+        remove_stale_temporaries(folder, ("*.npy", "*.json"))
+        _CLEANED.add(key)
+
+
+def _record_check(meta_path: str, meta: dict, signatures: dict, now: float) -> None:
+    """Records that the arrays with these signatures were checked whole (best effort: a cache
+    on a read-only disk is checked again next time)."""
+    meta = {**meta, "checked": signatures, "checked_at": now}
+    meta[DIGEST_KEY] = _meta_digest(meta)
+    try:
+        write_atomically(meta_path, json.dumps(meta, indent=1).encode())
+    except OSError:
+        pass
 
 
 def _damaged(path: str, problem: str) -> None:
@@ -90,4 +180,4 @@ def _damaged(path: str, problem: str) -> None:
     return None
 
 
-__all__ = ["load_arrays", "save_arrays"]
+__all__ = ["array_digest", "load_arrays", "recorded_digest", "save_arrays", "settled"]

@@ -53,7 +53,8 @@ class MemmapBinReader(BinReader):
     def __init__(self, path: str, dtype: np.dtype, expected_identity: str | None = None):
         self.path = path
         self.dtype = dtype
-        self._file = MappedFile(path, expected_identity)
+        # Samples are read in shuffled order: no read-around (MappedFile's random_access).
+        self._file = MappedFile(path, expected_identity, random_access=True)
         self.size, self.identity = self._file.size, self._file.identity
 
     def __getstate__(self):

@@ -73,8 +73,10 @@ torch = require_torch("megatron_rank_stream")
 __all__ = ["MegatronRankStream", "megatron_rank_stream"]
 
 # Micro-batches gathered per call of the builder: one table of a few hundred rows amortises
-# the per-call cost and stays a few MB.
+# the per-call cost and stays a few MB. The first calls ask for fewer (1, 8, then 64), so the
+# first row costs about one micro-batch's reads, not 64 of them.
 _RANGES_PER_CALL = 64
+_FIRST_CALLS = (1, 8)
 
 
 def megatron_rank_stream(dataset, rank: int, world_size: int, micro_batch_size: int,
@@ -151,7 +153,9 @@ class MegatronRankStream(torch.utils.data.IterableDataset):
 
     def _units(self, start: int, worker_id: int, num_workers: int, skip: int = 0) -> Iterator[tuple]:
         batches = (self.total_samples - start) // self.global_batch_size
-        for g in itertools.islice(range(worker_id, batches, num_workers), skip, None):
+        # Straight to the (skip + 1)-th of this worker's micro-batches: a resume costs nothing per
+        # micro-batch before it.
+        for g in range(worker_id + skip * num_workers, batches, num_workers):
             first = start + g * self.global_batch_size + self.rank * self.micro_batch_size
             yield first, first + self.micro_batch_size, 0, 0
 
@@ -380,7 +384,8 @@ class _BuilderRows:
     def iter_rows(self, ranges):
         formatter = _formatter(self.stream)
         ranges = iter(ranges)
-        chunks = iter(lambda: list(itertools.islice(ranges, _RANGES_PER_CALL)), [])
+        sizes = itertools.chain(_FIRST_CALLS, itertools.repeat(_RANGES_PER_CALL))
+        chunks = iter(lambda: list(itertools.islice(ranges, next(sizes))), [])
         for table in self.split.tables(chunks):
             for i in range(table.num_rows):
                 yield formatter.format_row(table.slice(i, 1))

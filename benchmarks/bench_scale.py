@@ -1,0 +1,371 @@
+"""Pretraining scale: this package against megatron-core on corpora of 10M-200M documents and
+blends of hundreds of prefixes, side by side in one run.
+
+    .venv/bin/python benchmarks/bench_scale.py [--documents 10e6] [--blend 200x20000]
+        [--seq-length 4096] [--consumed 20e6] [--workers 2] [--workdir /tmp/scale-bench] [--keep]
+
+Each corpus is a real ``.idx`` of N documents with lognormal lengths (median 500 tokens,
+sigma 0.6: ~600 tokens a document, as the issue's 200M-document corpus of 119.7B tokens)
+beside a sparse ``.bin`` (truncated to its size: the index work, memory and open files
+behave as on the real corpus, the tokens read are zeros). ``--documents`` takes a list
+(``10e6,50e6,200e6``); ``--blend PxN`` a blend of P prefixes of N documents each (also a
+list). Every figure is measured in a fresh subprocess (clean time and memory), after its
+imports; the two sides build the same samples (GPTDataset through
+BlendedMegatronDatasetBuilder as pretrain_gpt.py builds it; ``load_dataset("mmidx", ...,
+streaming=True)`` here), seq_length 4096, one epoch, seed 1234:
+
+  cold open + first sample     no index cache: build the indices, read sample 0
+  warm open + first sample     the index cache present (the second open after the build;
+                               the first one after a build also checks the cache's digests once,
+                               its own row)
+  resume at consumed C         megatron_rank_stream(stream, 0, 8, 4, consumed_samples=C), first
+                               row; megatron-core: dataset[C] (what its sampler asks for first)
+  peak memory                  ru_maxrss of the cold open (imports included: torch's ~0.3 GiB)
+  Pss_Anon per worker          private memory of each DataLoader worker (fork) after 20
+                               batches, from /proc/PID/smaps_rollup, and per sequence
+  open files                   /proc/self/fd after the warm open and first sample
+  exit tracebacks              "Exception ignored" lines a process prints at exit after
+                               streaming a few rows (blends)
+
+megatron-core rows are skipped when it is not importable. The last lines extrapolate the warm
+open and the per-node private memory (8 ranks x 8 workers) to 1B documents from the growth
+measured between the smallest and largest corpus.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MAGIC = b"MMIDIDX\x00\x00"
+UINT16 = 8  # the .idx dtype code of uint16 (both flavours)
+SEED = 1234
+MEDIAN, SIGMA = 500, 0.6
+
+
+# --- corpora ---------------------------------------------------------------------------------
+
+def write_sparse_prefix(prefix: str, documents: int, seed: int) -> int:
+    """A Megatron-flavour ``.idx`` of ``documents`` lognormal lengths and a sparse ``.bin`` of
+    the size it says; returns the token count. Written with numpy a chunk at a time."""
+    if os.path.exists(prefix + ".idx") and os.path.exists(prefix + ".bin"):
+        with open(prefix + ".idx", "rb") as f:
+            head = f.read(34)
+        if struct.unpack_from("<Q", head, 18)[0] == documents:
+            return os.path.getsize(prefix + ".bin") // 2
+    rng = np.random.default_rng(seed)
+    chunk = 1 << 24
+    os.makedirs(os.path.dirname(prefix), exist_ok=True)
+    tokens = 0
+    with open(prefix + ".idx.part", "wb") as f:
+        f.write(struct.pack("<9sQBQ", MAGIC, 1, UINT16, documents))
+        f.write(struct.pack("<Q", documents + 1))
+        lengths_at = f.tell()
+        f.truncate(lengths_at + 12 * documents + 8 * (documents + 1))
+        pointers_at = lengths_at + 4 * documents
+        for begin in range(0, documents, chunk):
+            count = min(chunk, documents - begin)
+            lengths = np.clip(np.rint(rng.lognormal(np.log(MEDIAN), SIGMA, count)), 1, 2**31 - 1).astype("<i4")
+            pointers = np.cumsum(lengths, dtype=np.int64)
+            pointers -= lengths
+            pointers += tokens
+            pointers *= 2
+            f.seek(lengths_at + 4 * begin)
+            f.write(lengths.tobytes())
+            f.seek(pointers_at + 8 * begin)
+            f.write(pointers.astype("<i8").tobytes())
+            tokens += int(lengths.sum(dtype=np.int64))
+        documents_at = pointers_at + 8 * documents
+        for begin in range(0, documents + 1, chunk):
+            f.seek(documents_at + 8 * begin)
+            f.write(np.arange(begin, min(begin + chunk, documents + 1), dtype="<i8").tobytes())
+    with open(prefix + ".bin", "wb") as f:
+        f.truncate(tokens * 2)
+    os.replace(prefix + ".idx.part", prefix + ".idx")
+    return tokens
+
+
+# --- what a child process measures --------------------------------------------------------------
+
+def _fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def _pss_anon(pid: int) -> int:
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            if line.startswith("Pss_Anon:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def _peak() -> int:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _workers_pss(dataset, batch_size: int, workers: int) -> list[int]:
+    import torch
+
+    loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, num_workers=workers,
+                                         multiprocessing_context="fork", collate_fn=lambda rows: len(rows))
+    iterator = iter(loader)
+    for _ in range(20):
+        next(iterator)
+    found = [_pss_anon(w.pid) for w in iterator._workers]
+    del iterator
+    return found
+
+
+def child_ours(spec: dict) -> dict:
+    import warnings
+
+    warnings.simplefilter("ignore")
+    from datasets import load_dataset
+    from datasets.utils.logging import disable_progress_bar
+
+    import torch  # noqa: F401  imported before the clock starts, as megatron-core's side imports it
+    from mmidx_builder.training.rank_stream import megatron_rank_stream
+
+    disable_progress_bar()
+    prefixes = spec["prefixes"]
+    common = dict(seq_length=spec["seq_length"], seed=SEED, streaming=True, split="train",
+                  cache_dir=spec["hf_cache"], index_cache_dir=spec["index_cache"])
+    start = time.perf_counter()
+    if len(prefixes) == 1:
+        stream = load_dataset("mmidx", data_files={"train": [prefixes[0] + ".bin"]}, **common)
+    else:
+        stream = load_dataset("mmidx", data_path=prefixes, split_ratios="100,0,0",
+                              num_samples={"train": spec["num_samples"]}, **common)
+    result = {}
+    if spec["what"] == "resume":
+        ranked = megatron_rank_stream(stream, 0, 8, 4, consumed_samples=spec["consumed"])
+        row = next(iter(ranked))
+    else:
+        iterator = iter(stream)
+        row = next(iterator)
+    result["seconds"] = time.perf_counter() - start
+    result["row_tokens"] = len(row["input_ids"])
+    result["fds"] = _fds()
+    result["peak"] = _peak()
+    result["rows"] = int(megatron_rank_stream(stream, 0, 1, 1).total_samples)
+    if spec["what"] == "workers":
+        result["pss"] = _workers_pss(megatron_rank_stream(stream, 0, 1, 4), 4, spec["workers"])
+    if spec["what"] == "exit":
+        for _, _ in zip(range(200), iterator):
+            pass
+    return result
+
+
+def child_megatron(spec: dict) -> dict:
+    import logging
+    import warnings
+
+    warnings.simplefilter("ignore")
+    logging.disable(logging.WARNING)
+    from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
+    from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
+
+    class Tokenizer:
+        eod, pad, vocab_size = 0, -1, None
+        unique_identifiers = {"class": "bench"}
+
+    prefixes = spec["prefixes"]
+    start = time.perf_counter()
+    config = GPTDatasetConfig(random_seed=SEED, sequence_length=spec["seq_length"], tokenizer=Tokenizer(),
+                              path_to_cache=spec["index_cache"], blend=(prefixes, None), split="100,0,0",
+                              reset_position_ids=False, reset_attention_mask=False, eod_mask_loss=False)
+    sizes = [spec["num_samples"] if len(prefixes) > 1 else None, None, None]
+    dataset = BlendedMegatronDatasetBuilder(GPTDataset, sizes, lambda: True, config).build()[0]
+    index = spec["consumed"] if spec["what"] == "resume" else 0
+    row = dataset[index]
+    result = {"seconds": time.perf_counter() - start, "row_tokens": len(row["tokens"]), "fds": _fds(),
+              "peak": _peak(), "rows": len(dataset)}
+    if spec["what"] == "workers":
+        result["pss"] = _workers_pss(dataset, 4, spec["workers"])
+    return result
+
+
+def run_child(side: str, spec: dict) -> dict:
+    """One measurement in a fresh interpreter; also counts its exit tracebacks."""
+    done = subprocess.run([sys.executable, __file__, "--child", side, json.dumps(spec)], capture_output=True,
+                          text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        tail = done.stderr.strip().splitlines()[-5:]
+        return {"error": f"exit {done.returncode}: " + " | ".join(tail)}
+    result = json.loads(lines[-1])
+    result["exit_tracebacks"] = done.stderr.count("Exception ignored")
+    return result
+
+
+# --- the table ----------------------------------------------------------------------------------
+
+def megatron_available() -> bool:
+    done = subprocess.run([sys.executable, "-c", "import megatron.core.datasets.gpt_dataset"], capture_output=True)
+    return done.returncode == 0
+
+
+def _fmt(value, unit: str) -> str:
+    if value is None:
+        return "-"
+    if unit == "s":
+        return f"{value:,.2f} s"
+    if unit == "GiB":
+        return f"{value / 2**30:,.2f} GiB"
+    if unit == "MiB":
+        return f"{value / 2**20:,.1f} MiB"
+    return f"{value:,}"
+
+
+def _ratio(ours, theirs) -> str:
+    if not ours or not theirs:
+        return "-"
+    return f"{ours / theirs:.2f}x"
+
+
+def measure(name: str, prefixes: list[str], args, megatron: bool, scratch: str) -> list[tuple]:
+    """The rows of one corpus (one prefix or a blend)."""
+    tokens = sum(os.path.getsize(p + ".bin") // 2 for p in prefixes)
+    num_samples = (tokens - 1) // args.seq_length
+    caches = {side: (os.path.join(scratch, f"{side}-hf"), os.path.join(scratch, f"{side}-indices"))
+              for side in ("ours", "megatron")}
+    for folder in (f for pair in caches.values() for f in pair):
+        shutil.rmtree(folder, ignore_errors=True)
+    consumed = min(int(args.consumed), num_samples // 2)
+    sides = ["ours"] + (["megatron"] if megatron else [])
+    found = {}
+    for side in sides:
+        hf, indices = caches[side]
+        spec = dict(prefixes=prefixes, seq_length=args.seq_length, hf_cache=hf, index_cache=indices,
+                    num_samples=num_samples, consumed=consumed, workers=args.workers)
+        print(f"  {name}: {side} ...", file=sys.stderr, flush=True)
+        found[side] = {
+            "cold": run_child(side, {**spec, "what": "first"}),
+            "warm1": run_child(side, {**spec, "what": "first"}),
+        }
+        time.sleep(2.5)  # a cache younger than 2 s is checked in full (docs/reliability.md)
+        found[side]["warm"] = run_child(side, {**spec, "what": "first"})
+        found[side]["resume"] = run_child(side, {**spec, "what": "resume"})
+        found[side]["workers"] = run_child(side, {**spec, "what": "workers"})
+        if side == "ours" and len(prefixes) > 1:
+            found[side]["exit"] = run_child(side, {**spec, "what": "exit"})
+    for side in sides:
+        for key, value in found[side].items():
+            if "error" in value:
+                print(f"  {name} {side} {key}: {value['error']}", file=sys.stderr)
+
+    def get(side, key, field):
+        return found.get(side, {}).get(key, {}).get(field)
+
+    rows = []
+
+    def row(label, field, key, unit):
+        ours, theirs = get("ours", key, field), get("megatron", key, field)
+        rows.append((name, label, _fmt(ours, unit), _fmt(theirs, unit), _ratio(ours, theirs)))
+
+    row("cold open + first sample", "seconds", "cold", "s")
+    row("warm open + first sample (first after the build)", "seconds", "warm1", "s")
+    row("warm open + first sample", "seconds", "warm", "s")
+    row(f"resume at consumed {consumed:,} + first row", "seconds", "resume", "s")
+    row("peak memory, cold open", "peak", "cold", "GiB")
+    row("open files after the warm open", "fds", "warm", "")
+    pss = {side: get(side, "workers", "pss") for side in sides}
+    means = {side: (sum(v) / len(v) if v else None) for side, v in pss.items()}
+    rows.append((name, f"Pss_Anon per DataLoader worker ({args.workers}, fork)", _fmt(means.get("ours"), "MiB"),
+                 _fmt(means.get("megatron"), "MiB"), _ratio(means.get("ours"), means.get("megatron"))))
+    per = {side: (means[side] / num_samples if means.get(side) else None) for side in sides}
+    rows.append((name, f"  same, bytes per sequence ({num_samples:,} sequences)",
+                 f"{per['ours']:.3f}" if per.get("ours") else "-",
+                 f"{per['megatron']:.3f}" if per.get("megatron") else "-", _ratio(per.get("ours"), per.get("megatron"))))
+    if "exit" in found.get("ours", {}):
+        rows.append((name, "exit tracebacks after streaming 200 rows", str(get("ours", "exit", "exit_tracebacks")),
+                     "-", "-"))
+    return rows, {"documents": None, "found": found, "num_samples": num_samples}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--documents", default="10e6", help="documents of single-prefix corpora, comma-separated")
+    parser.add_argument("--blend", default="", help="blends, PREFIXESxDOCUMENTS each, comma-separated (200x20000)")
+    parser.add_argument("--seq-length", type=int, default=4096)
+    parser.add_argument("--consumed", type=float, default=20e6, help="resume point (at most half the samples)")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--workdir", default="/tmp/scale-bench")
+    parser.add_argument("--keep", action="store_true", help="keep the corpora (they are sparse; the caches are not)")
+    parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        side, spec = args.child
+        print(json.dumps((child_ours if side == "ours" else child_megatron)(json.loads(spec))))
+        return
+
+    megatron = megatron_available()
+    if not megatron:
+        print("megatron-core is not importable: its columns are empty", file=sys.stderr)
+    os.makedirs(args.workdir, exist_ok=True)
+    corpora = []
+    for text in filter(None, args.documents.split(",")):
+        n = int(float(text))
+        prefix = os.path.join(args.workdir, f"docs{n}", "corpus_text_document")
+        print(f"writing {n:,} documents (sparse .bin) ...", file=sys.stderr, flush=True)
+        write_sparse_prefix(prefix, n, seed=0)
+        corpora.append((f"{n / 1e6:g}M documents", [prefix], n))
+    for text in filter(None, args.blend.split(",")):
+        count, n = (int(float(x)) for x in text.split("x"))
+        prefixes = [os.path.join(args.workdir, f"blend{count}x{n}", f"part{i:04d}_text_document") for i in range(count)]
+        print(f"writing {count} prefixes of {n:,} documents ...", file=sys.stderr, flush=True)
+        for i, prefix in enumerate(prefixes):
+            write_sparse_prefix(prefix, n, seed=i + 1)
+        corpora.append((f"{count} prefixes x {n / 1e6:g}M", prefixes, count * n))
+
+    table, growth = [], []
+    for name, prefixes, n in corpora:
+        scratch = os.path.join(args.workdir, "caches")
+        rows, detail = measure(name, prefixes, args, megatron, scratch)
+        table += rows
+        if len(prefixes) == 1:
+            growth.append((n, detail))
+        shutil.rmtree(scratch, ignore_errors=True)
+
+    print(f"seq_length {args.seq_length}, one epoch, seed {SEED}; uint16, lognormal lengths (median {MEDIAN}); "
+          f"each figure in a fresh process, imports excluded")
+    print("| corpus | figure | this project | megatron-core | ratio |")
+    print("|---|---|---|---|---|")
+    for line in table:
+        print("| " + " | ".join(line) + " |")
+    if len(growth) >= 2:
+        (n0, d0), (n1, d1) = growth[0], growth[-1]
+        print()
+        print(f"growth from {n0 / 1e6:g}M to {n1 / 1e6:g}M documents, extrapolated linearly to 1B:")
+        for side in ("ours", "megatron"):
+            w0, w1 = (d["found"].get(side, {}).get("warm", {}).get("seconds") for d in (d0, d1))
+            p0, p1 = (d["found"].get(side, {}).get("workers", {}).get("pss") for d in (d0, d1))
+            if w0 is None or w1 is None:
+                continue
+            slope = (w1 - w0) / (n1 - n0)
+            warm_1b = w1 + slope * (1e9 - n1)
+            line = f"  {side}: warm open {w0:.2f} s -> {w1:.2f} s, at 1B ~{warm_1b:.1f} s"
+            if p0 and p1:
+                m0, m1 = sum(p0) / len(p0), sum(p1) / len(p1)
+                per_doc = (m1 - m0) / (n1 - n0)
+                node_1b = 64 * (m1 + per_doc * (1e9 - n1))
+                line += (f"; Pss_Anon per worker {m0 / 2**20:.0f} -> {m1 / 2**20:.0f} MiB, per node (8x8) at 1B "
+                         f"~{node_1b / 2**30:.1f} GiB")
+            print(line)
+    if not args.keep:
+        shutil.rmtree(args.workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

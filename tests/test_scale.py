@@ -1,0 +1,304 @@
+"""Pretraining scale at a size CI affords: a sparse prefix of a few million sequences.
+
+What must hold however large the corpus (issue 31; benchmarks/bench_scale.py measures the
+speed and memory against megatron-core): DataLoader workers share the index arrays instead
+of holding copies (Pss_Anon from /proc/PID/smaps_rollup), a warm open reads the ``.idx``'s
+header and not its tables (/proc/self/io), a resume lands on the sample a full pass gives
+there without reading what comes before, and a stream's first row costs one micro-batch.
+"""
+
+import json
+import os
+import struct
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+from mmidx_builder import MMIdx, megatron_rank_stream
+from mmidx_builder.sources.indexed import IndexedFile, IndexedFileWriter
+
+pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/smaps_rollup"), reason="Linux /proc needed")
+
+SEQUENCES = 4_000_000
+LENGTH = 8  # tokens a sequence; seq_length 8 makes about one sample a sequence
+SETTLE = 2.2  # array_cache.SETTLE_SECONDS and a margin: files older than this are trusted by stat
+
+
+def write_sparse_prefix(prefix: str, count: int, length: int) -> None:
+    """A Megatron .idx of ``count`` sequences of ``length`` tokens (uint16) and a sparse .bin."""
+    lengths = np.full(count, length, "<i4")
+    pointers = np.arange(count, dtype="<i8") * (2 * length)
+    with open(prefix + ".idx", "wb") as f:
+        f.write(struct.pack("<9sQBQQ", b"MMIDIDX\x00\x00", 1, 8, count, count + 1))
+        f.write(lengths.tobytes())
+        f.write(pointers.tobytes())
+        f.write(np.arange(count + 1, dtype="<i8").tobytes())
+    with open(prefix + ".bin", "wb") as f:
+        f.truncate(count * length * 2)
+
+
+@pytest.fixture(scope="module")
+def big(tmp_path_factory):
+    """A 4M-sequence prefix with its index cache built and settled (as after a first run)."""
+    root = tmp_path_factory.mktemp("scale")
+    prefix = str(root / "big_text_document")
+    write_sparse_prefix(prefix, SEQUENCES, LENGTH)
+    time.sleep(SETTLE)  # a just-written .idx is validated at every open (format.OpeningRecord)
+    settings = dict(data_files={"train": [prefix + ".bin"]}, seq_length=LENGTH, seed=5,
+                    cache_dir=str(root / "hf"), index_cache_dir=str(root / "indices"))
+    next(iter(MMIdx(**settings).as_streaming_dataset("train")))
+    time.sleep(SETTLE)
+    next(iter(MMIdx(**settings).as_streaming_dataset("train")))  # checks the new cache's digests once
+    write_sparse_prefix(str(root / "tiny_text_document"), 1000, LENGTH)
+    return root, prefix, settings
+
+
+def _run(code: str, folder) -> dict:
+    """``code`` run as a script of its own (spawned workers import its classes from it)."""
+    script = os.path.join(folder, "probe.py")
+    with open(script, "w") as f:
+        f.write(textwrap.dedent(code))
+    done = subprocess.run([sys.executable, script], capture_output=True, text=True,
+                          timeout=600, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_spawned_dataloader_workers_share_the_index_arrays(big, torch):
+    """Each spawned worker opens the split itself; its private memory must not grow with the
+    corpus: before, every worker copied the lengths and sequence starts (8 bytes a sequence)."""
+    root, _, settings = big
+    found = _run(f"""
+        import json, torch
+        from mmidx_builder import MMIdx, megatron_rank_stream
+
+        def pss_anon():
+            with open("/proc/self/smaps_rollup") as f:
+                return next(int(l.split()[1]) * 1024 for l in f if l.startswith("Pss_Anon:"))
+
+        class Probe(torch.utils.data.IterableDataset):
+            def __init__(self, inner, warm_up):
+                self.inner, self.warm_up = inner, warm_up
+            def __iter__(self):
+                # What any first stream costs a worker (imports, first tables), on a tiny corpus.
+                for _ in zip(range(64), self.warm_up):
+                    pass
+                before = pss_anon()
+                rows = iter(self.inner)
+                for _ in range(64):
+                    next(rows)
+                yield {{"before": before, "after": pss_anon()}}
+
+        if __name__ == "__main__":
+            stream = MMIdx(**{settings!r}).as_streaming_dataset("train")
+            ranked = megatron_rank_stream(stream, 0, 1, 4)
+            tiny = {{**{settings!r}, "data_files": {{"train": [{str(root / "tiny_text_document.bin")!r}]}}}}
+            warm_up = megatron_rank_stream(MMIdx(**tiny).as_streaming_dataset("train"), 0, 1, 4)
+            loader = torch.utils.data.DataLoader(Probe(ranked, warm_up), batch_size=None, num_workers=2,
+                                                 multiprocessing_context="spawn")
+            print(json.dumps({{"workers": [dict(r) for r in loader], "rows": ranked.total_samples}}))
+        """, root)
+    rows = found["rows"]
+    assert rows > 0.9 * SEQUENCES
+    for worker in found["workers"]:
+        grown = worker["after"] - worker["before"]
+        # Far below one byte a sequence (4 MB here); the copies were 8 bytes a sequence (32 MB).
+        assert grown < 0.25 * rows, f"a worker's private memory grew by {grown / 2**20:.1f} MiB over {rows} samples"
+
+
+def test_a_warm_open_reads_the_idx_header_not_its_tables(big):
+    """Counted with every read going through pread (mapped.py's fallback), which /proc/self/io
+    counts (process_vm_readv copies are not read calls)."""
+    root, prefix, settings = big
+    idx_size = os.path.getsize(prefix + ".idx")
+    found = _run(f"""
+        import json
+        from mmidx_builder.storage import mapped
+        from mmidx_builder.sources.indexed import IndexedFile
+
+        mapped._disabled.set()  # every read a pread: counted in rchar
+
+        def rchar():
+            with open("/proc/self/io") as f:
+                return next(int(l.split()[1]) for l in f if l.startswith("rchar:"))
+
+        IndexedFile.open({prefix!r})  # imports and first-use costs out of the way
+        before = rchar()
+        warm = IndexedFile.open({prefix!r}, cache_dir={settings["index_cache_dir"]!r})
+        tokens = warm.num_tokens
+        first = warm.read_pieces([{SEQUENCES - 1}], [0], [{LENGTH}]).tolist()
+        warm_bytes = rchar() - before
+        before = rchar()
+        IndexedFile.open({prefix!r})
+        uncached_bytes = rchar() - before
+        print(json.dumps({{"warm": warm_bytes, "uncached": uncached_bytes, "tokens": tokens, "first": first}}))
+        """, root)
+    assert found["tokens"] == SEQUENCES * LENGTH and found["first"] == [0] * LENGTH
+    # Opening without the record validates every table: the whole file.
+    assert found["uncached"] >= idx_size
+    # The header, the record's small meta file and .npy headers: a few KB, whatever N is.
+    assert found["warm"] < 64 * 1024, (found, idx_size)
+
+
+def test_a_replaced_idx_is_validated_again_not_trusted_from_the_record(tmp_path):
+    prefix = str(tmp_path / "p")
+    with IndexedFileWriter(prefix, dtype=np.uint16) as w:
+        for n in (3, 5, 2):
+            w.add_document(np.arange(n))
+    cache = str(tmp_path / "indices")
+    time.sleep(SETTLE)
+    assert IndexedFile.open(prefix, cache_dir=cache).sequence_lengths.tolist() == [3, 5, 2]
+    assert any(name.startswith("opened-") for name in os.listdir(cache))
+    # The same byte count, other lengths: in place (same inode), so only the ctime tells.
+    with open(prefix + ".idx", "r+b") as f:
+        f.seek(34)
+        f.write(np.array([5, 3, 2], "<i4").tobytes())
+    from mmidx_builder.errors import FormatError
+
+    with pytest.raises(FormatError, match="sequence_pointers"):
+        IndexedFile.open(prefix, cache_dir=cache)
+
+
+def _collect(stream):
+    return [np.asarray(row["input_ids"]).tolist() for row in stream]
+
+
+def test_resume_at_a_late_sample_equals_the_full_pass_there(tmp_path, torch):
+    prefix = str(tmp_path / "c")
+    rng = np.random.default_rng(2)
+    with IndexedFileWriter(prefix, dtype=np.uint16) as w:
+        for _ in range(3000):
+            w.add_document(rng.integers(0, 60000, int(rng.integers(1, 30))))
+    stream = MMIdx(data_files={"train": [prefix + ".bin"]}, seq_length=5, seed=9,
+                   cache_dir=str(tmp_path / "hf")).as_streaming_dataset("train")
+    full = _collect(megatron_rank_stream(stream, 1, 2, 3))
+    per_rank_batch = 3
+    late = (len(full) // per_rank_batch - 7) * 2 * per_rank_batch  # 7 global batches before the end
+    resumed = _collect(megatron_rank_stream(stream, 1, 2, 3, consumed_samples=late))
+    assert resumed == full[late // 2:]
+    # From a saved state, deep into the pass.
+    state = megatron_rank_stream(stream, 1, 2, 3, consumed_samples=late).state_dict()
+    ranked = megatron_rank_stream(stream, 1, 2, 3)
+    ranked.load_state_dict(state)
+    assert _collect(ranked) == full[late // 2:]
+
+
+def test_a_streams_first_row_gathers_one_micro_batch(tmp_path, monkeypatch, torch):
+    from mmidx_builder.hf import gpt_samples
+
+    prefix = str(tmp_path / "c")
+    with IndexedFileWriter(prefix, dtype=np.uint16) as w:
+        for n in range(1, 2000):
+            w.add_document(np.arange(n % 40 + 1))
+    stream = MMIdx(data_files={"train": [prefix + ".bin"]}, seq_length=5, seed=9,
+                   cache_dir=str(tmp_path / "hf")).as_streaming_dataset("train")
+    gathered = []
+    real = gpt_samples.pooled_samples
+
+    def counting(source, indices, sample_ids):
+        gathered.append(len(sample_ids))
+        return real(source, indices, sample_ids)
+
+    monkeypatch.setattr(gpt_samples, "pooled_samples", counting)
+    rows = iter(megatron_rank_stream(stream, 0, 2, 4))
+    next(rows)
+    assert gathered == [4]
+    for _ in range(4 + 8 * 4):
+        next(rows)
+    assert gathered == [4, 8 * 4, 64 * 4]
+
+
+def test_a_plain_streams_first_row_gathers_one_sample(tmp_path, monkeypatch):
+    from mmidx_builder.hf import gpt_samples
+
+    prefix = str(tmp_path / "c")
+    with IndexedFileWriter(prefix, dtype=np.uint16) as w:
+        for n in range(1, 3000):
+            w.add_document(np.arange(n % 40 + 1))
+    builder = MMIdx(data_files={"train": [prefix + ".bin"]}, seq_length=5, seed=9, num_shards=1,
+                    cache_dir=str(tmp_path / "hf"))
+    stream = builder.as_streaming_dataset("train")
+    gathered = []
+    real = gpt_samples.pooled_samples
+
+    def counting(source, indices, sample_ids):
+        gathered.append(len(sample_ids))
+        return real(source, indices, sample_ids)
+
+    monkeypatch.setattr(gpt_samples, "pooled_samples", counting)
+    rows = iter(stream)
+    first = next(rows)
+    assert gathered[0] == 1
+    # The rows are the same as the prepared dataset's, in the same order, whatever the cuts.
+    streamed = [first["input_ids"]] + [row["input_ids"] for row in rows]
+    builder.download_and_prepare()
+    assert streamed == builder.as_dataset("train")["input_ids"]
+    assert gathered[:5] == [1, 8, 64, 512, 1000]
+
+
+def test_leaving_one_ahead_early_never_waits_for_the_table_being_made():
+    import threading
+
+    from mmidx_builder.hf.tables import one_ahead
+
+    started, release, finished = threading.Event(), threading.Event(), threading.Event()
+
+    def make(rows):
+        if rows[0] == 1:
+            started.set()
+            release.wait(120)
+            finished.set()
+        return rows
+
+    tables = one_ahead(make, [(k, np.array([k])) for k in range(3)])
+    assert next(tables)[0] == 0
+    assert started.wait(120)
+    tables.close()  # a break: returns while table 1 is still being made
+    assert not finished.is_set()
+    release.set()
+    assert finished.wait(120)
+
+
+def test_the_interpreter_exits_without_waiting_for_a_table_made_ahead(tmp_path):
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent("""
+        import threading, numpy as np
+        from mmidx_builder.hf.tables import one_ahead
+        never = threading.Event()
+        def make(rows):
+            if rows[0] == 1:
+                never.wait()  # a table that is never done
+            return rows
+        tables = one_ahead(make, [(k, np.array([k])) for k in range(3)])
+        next(tables)
+        print("left")
+        """)], capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert done.returncode == 0 and done.stdout.strip() == "left", done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("damage", ["shuffle_index", "sample_index", "negative offset"])
+def test_index_entries_out_of_range_are_refused_where_they_are_used(damage):
+    """A cache written whole but wrong (digests match: built for other data, or by a buggy
+    version) is no longer scanned at every open; the entries a read uses are checked instead."""
+    import dataclasses
+
+    from mmidx_builder.errors import FormatError
+    from mmidx_builder.megatron import sampling
+
+    lengths = np.array([5, 9, 0, 30, 2, 17, 1] * 40, np.int32)
+    indices = sampling.build_indices(lengths, seq_length=8, seed=3)
+    shuffle, sample = indices.shuffle_index.copy(), indices.sample_index.copy()
+    if damage == "shuffle_index":
+        shuffle[3] = indices.total_samples + 7
+    elif damage == "sample_index":
+        sample[shuffle[3] + 1, 0] = len(indices.document_index) + 2
+    else:
+        sample[shuffle[3], 1] = -4
+    damaged = dataclasses.replace(indices, shuffle_index=shuffle, sample_index=sample)
+    sampling.sample_pieces(damaged, lengths, [0, 1, 2])  # the entries of other samples are fine
+    with pytest.raises(FormatError, match="index cache is damaged"):
+        sampling.sample_pieces(damaged, lengths, [2, 3])
