@@ -263,6 +263,8 @@ def test_resume_mid_epoch_yields_exactly_the_rest(corpus, cache):
     np.testing.assert_array_equal(np.concatenate([np.array(head), rest]), expected)
 
 
+@pytest.mark.skipif(not hasattr(datasets.IterableDataset, "reshard"),
+                    reason=f"IterableDataset.reshard() came with datasets 4.6 (installed: {datasets.__version__})")
 def test_reshard_splits_shards_and_keeps_samples(corpus, cache):
     root, prefixes = corpus
     stream = load_dataset(str(root), seq_length=SEQ, seed=SEED, num_shards=3, streaming=True, cache_dir=cache,
