@@ -31,7 +31,7 @@ refused with one DatasetsVersionError naming the installed version, what is miss
 to install, instead of an AttributeError from deep inside ``datasets``.
 
 A third hook, on ``datasets.builder``: a setting that a builder's config does not have gets
-an error that says what to do (hf/setting_help.py: "did you mean seq_length?", or "this
+an error that says what to do (hf/kind_settings.py: "did you mean seq_length?", or "this
 folder holds no .bin/.idx pair" when datasets picked its own builder for our settings).
 
 Registration must not import ``datasets`` (1.9 s): ``import mmidx_builder.format`` stays
@@ -333,16 +333,17 @@ def _settings_say_what_to_do(builder) -> None:
     our settings on a folder it gave to its own builder, with that builder's config. Every
     builder's config is made in ``DatasetBuilder._create_builder_config``: wrapped here, the
     settings are checked first and refused with a ParameterError that says what to do
-    (hf/setting_help.py); settings that fit go on to datasets unchanged."""
+    (hf/kind_settings.py); settings that fit go on to datasets unchanged."""
     cls = builder.DatasetBuilder
     original = cls._create_builder_config
     if getattr(original, "_mmidx", False):
         return
 
     def _create_builder_config(self, config_name=None, custom_features=None, config_id=None, **config_kwargs):
-        from .setting_help import refuse_unknown_settings
+        from .kind_settings import refuse_unknown_settings
 
-        refuse_unknown_settings(self, config_kwargs, ours=type(self).__module__.startswith(f"{__package__}."))
+        refuse_unknown_settings(self, config_kwargs, ours=type(self).__module__.startswith(f"{__package__}."),
+                                kind_modules=[f"{__package__}.{name}" for name in KIND_MODULES])
         return original(self, config_name, custom_features, config_id, **config_kwargs)
 
     _create_builder_config._mmidx = True

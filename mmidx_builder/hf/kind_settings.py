@@ -1,4 +1,5 @@
-"""Settings a builder does not take, refused with what to do instead.
+"""The settings each source kind takes, and settings no builder takes, refused with what to
+do instead.
 
 Two mistakes reach ``datasets``' config check, which answers both with a ~700-character repr
 of the whole config and no hint:
@@ -11,13 +12,15 @@ of the whole config and no hint:
   refused saying that the files hold no pair and how to make pairs from them.
 
 hf/registry.py calls :func:`refuse_unknown_settings` for every builder before its config is
-made; settings that fit pass through untouched.
+made, with the kinds' module paths (this module imports no other of hf/, so that the registry,
+which everything imports, can use it); settings that fit pass through untouched.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import importlib
 import os
 from collections import Counter
 
@@ -28,26 +31,40 @@ def _config_fields(config_class) -> set[str]:
     return {f.name for f in dataclasses.fields(config_class)} if dataclasses.is_dataclass(config_class) else set()
 
 
-def refuse_unknown_settings(builder, settings: dict, *, ours: bool) -> None:
+def kind_builder(module_path: str):
+    """The builder a kind module defines (the class there with ``claims``)."""
+    module = importlib.import_module(module_path)
+    return next(obj for obj in vars(module).values()
+                if isinstance(obj, type) and obj.__module__ == module.__name__ and hasattr(obj, "claims"))
+
+
+def kind_fields(kind) -> set[str]:
+    """The settings a kind's config declares (beyond datasets' own BuilderConfig fields)."""
+    from datasets import BuilderConfig
+
+    return _config_fields(kind.BUILDER_CONFIG_CLASS) - _config_fields(BuilderConfig)
+
+
+def refuse_unknown_settings(builder, settings: dict, *, ours: bool, kind_modules) -> None:
     """Raises ParameterError when ``settings`` (the keywords datasets is about to make
     ``builder``'s config from) hold a name its config class lacks: for our builders any such
-    name, for datasets' own builders only names that are our settings."""
+    name, for datasets' own builders only names that are our settings. ``kind_modules``: the
+    module paths of our source kinds."""
     known = _config_fields(builder.BUILDER_CONFIG_CLASS)
     unknown = [name for name in settings if name not in known]
     if not unknown:
         return
-    from .mmidx import KINDS, kind_fields
-
+    kinds = [kind_builder(path) for path in kind_modules]
     if ours:
-        _refuse_for_ours(builder, unknown[0], known, KINDS, kind_fields)
-    our_settings = set().union(*(kind_fields(kind) for kind in KINDS))
+        _refuse_for_ours(builder, unknown[0], known, kinds)
+    our_settings = set().union(*(kind_fields(kind) for kind in kinds))
     # None is "not given": datasets passes it over when a config exists, so it is left to datasets.
     strays = [name for name in unknown if name in our_settings and settings[name] is not None]
     if strays:
         _refuse_for_theirs(builder, strays, settings.get("data_files"))
 
 
-def _refuse_for_ours(builder, name: str, known: set[str], kinds, kind_fields) -> None:
+def _refuse_for_ours(builder, name: str, known: set[str], kinds) -> None:
     from datasets import BuilderConfig
 
     own = sorted(known - _config_fields(BuilderConfig) - {"features"})
@@ -80,4 +97,4 @@ def _refuse_for_theirs(builder, names: list[str], data_files) -> None:
         "run `mmidx convert FILES --output-prefix PREFIX --tokenizer TOKENIZER` (docs/convert.md)")
 
 
-__all__ = ["refuse_unknown_settings"]
+__all__ = ["kind_builder", "kind_fields", "refuse_unknown_settings"]
