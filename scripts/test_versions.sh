@@ -54,5 +54,5 @@ venv=$root/no-extras
 python=$(find_python 3.11)
 [ -x "$venv/bin/python" ] || "${uv[@]}" venv -p "${python:-python3}" "$venv"
 "${uv[@]}" pip install -p "$venv/bin/python" -e . pytest hypothesis
-echo "== no extras: the core suite (tests of extras and oracles skip, with the reason)"
-"$venv/bin/python" -m pytest -q -p no:cacheprovider -m "not oracle"
+echo "== no extras: the core suite, oracle and slow tests deselected (tests of extras skip, with the reason)"
+"$venv/bin/python" -m pytest -q -p no:cacheprovider -m "not oracle and not slow"
