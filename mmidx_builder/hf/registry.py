@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib
 import importlib.abc
 import importlib.util
 import os
@@ -116,6 +117,11 @@ def check_internals(*module_names: str, modules=None) -> None:
     missing = []
     for module_name in module_names:
         module = (modules or {}).get(module_name) or sys.modules.get(module_name)
+        if module is None:  # datasets.load imports them all before its hook runs; this is a fallback
+            try:
+                module = importlib.import_module(module_name)
+            except ImportError:
+                module = None
         for dotted in INTERNALS[module_name]:
             found = module
             for part in dotted.split("."):
