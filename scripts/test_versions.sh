@@ -22,9 +22,15 @@ if [ ! -x "$root/uv/bin/uv" ]; then
 fi
 uv=("$root/uv/bin/uv" --quiet)
 
-find_python() {  # find_python 3.10 -> the path of a python3.10, or nothing
-    command -v "python$1" 2>/dev/null && return
-    ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/"$1".*/bin/python 2>/dev/null | sort -V | tail -1
+find_python() {  # find_python 3.10 -> the path of a python3.10 that runs, or nothing
+    local candidate  # (a pyenv shim on PATH may name a version it will not run)
+    for candidate in $(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/"$1".*/bin/python 2>/dev/null | sort -V -r) \
+                     $(command -v "python$1" 2>/dev/null); do
+        if "$candidate" -c 'import sys' >/dev/null 2>&1; then
+            echo "$candidate"
+            return
+        fi
+    done
 }
 
 # The test files that exercise datasets' internals and the interpreter: registration and its
