@@ -8,8 +8,6 @@ from datasets import load_dataset
 
 import mmidx_builder  # noqa: F401  (registers the builders)
 from mmidx_builder.cli import main
-from mmidx_builder.errors import ParameterError
-from mmidx_builder.megatron.plan import parse_data_path
 from mmidx_builder.sources.indexed import IndexedFile, write_documents
 
 COMMAND = ("--data-path 0.4 {a} 0.6 {b} --split 90,10,0 --seq-length 8 --train-samples 40 --global-batch-size 2 "
@@ -36,12 +34,6 @@ def test_megatron_arguments_take_a_pair_file_as_its_prefix(pairs, tmp_path, suff
                             num_samples={"train": 40, "validation": 2}, seq_length=8, seed=9,
                             cache_dir=str(tmp_path / "c3"))
     assert keywords["train"]["input_ids"] == by_prefix["train"]["input_ids"]
-
-
-def test_the_same_pair_twice_under_two_names_is_listed_twice(pairs):
-    a, _ = pairs
-    with pytest.raises(ParameterError, match="is listed twice"):
-        parse_data_path([a, a + ".bin"])
 
 
 def _out(capsys, *argv) -> str:
