@@ -7,7 +7,7 @@ use (as huggingface_hub's ``__init__`` does); the table below is the whole publi
 
 The folders are the layers, lowest first (docs/layout.md; tests/test_layers.py keeps the order):
 
-    errors, checks, dtypes, extras   the foundation every layer may import
+    errors, checks, dtypes, extras, progress   the foundation every layer may import
     storage/      bytes of files, local and remote (the reader seam, remote reads, caches)
     sources/      token sources: the .bin/.idx pair (indexed.py), raw files, the sidecar
     megatron/     Megatron's indices (sampling.py), blends, splits, command lines
@@ -33,7 +33,8 @@ from .old_paths import install as _install_old_paths
 _install_registration()
 _install_old_paths(__name__)
 
-__version__ = "0.1.0"
+# The version is written once, in pyproject.toml; the installed package's metadata carries it.
+DISTRIBUTION = "mmidx-builder"
 
 # public name -> module that defines it
 _LAZY = {
@@ -65,7 +66,19 @@ _LAZY = {
 __all__ = sorted(name for name, module in _LAZY.items() if module != "training")
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(DISTRIBUTION)
+    except PackageNotFoundError:  # a source tree on sys.path that was never installed
+        return "0+unknown"
+
+
 def __getattr__(name: str):
+    if name == "__version__":  # read on first use: importlib.metadata scans sys.path
+        globals()[name] = value = _version()
+        return value
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -75,4 +88,4 @@ def __getattr__(name: str):
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_LAZY))
+    return sorted(set(globals()) | set(_LAZY) | {"__version__"})

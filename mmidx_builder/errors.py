@@ -8,7 +8,9 @@
     ├── ParameterError (ValueError) a setting cannot work (seq_length < 1, too many samples...)
     ├── ConvertError                an input record or tokenizer that `mmidx convert` cannot use
     ├── ConcurrentWriteError        another writer holds the output name (a pair's prefix)
-    └── HubError                    an upload that cannot go ahead (not logged in, bad repo id...)
+    ├── HubError                    an upload that cannot go ahead (not logged in, bad repo id...)
+    └── DatasetsVersionError (ImportError)  the installed ``datasets`` lacks an internal the
+                                    builders' registration needs (hf/registry.py)
 
 Messages name the file, the field or byte offset, what was expected and what was found.
 """
@@ -77,3 +79,9 @@ class ConcurrentWriteError(MMIdxError):
 
 class HubError(MMIdxError):
     """An upload to the Hugging Face Hub that cannot go ahead."""
+
+
+class DatasetsVersionError(MMIdxError, ImportError):
+    """The installed ``datasets`` is outside the supported range: an internal that the
+    builders' registration fills in or wraps (hf/registry.py) is missing. The message names
+    the installed version, the supported range and what is missing."""

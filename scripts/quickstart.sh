@@ -1,25 +1,23 @@
 #!/usr/bin/env bash
-# Installs mmidx_builder into ./.venv (with test tools and, where it can be had without a
-# download of CUDA, the megatron-core oracle), then runs the main job on a small example.
+# Command 1 of the README: installs mmidx_builder, without extras, into ./.venv and runs the
+# example (examples/quickstart.py) on a small corpus it writes into DIR (default ./example).
+# About a minute beyond pip's downloads. What the tests need besides (the test tools, the
+# optional extras, the megatron-core and fairseq oracles) is command 2's: scripts/test.sh.
+# Idempotent. PYTHON picks the interpreter (default python3; 3.10 or newer).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+python=${PYTHON:-python3}
 
-python3 -m venv .venv
-.venv/bin/pip install --quiet --upgrade pip
-.venv/bin/pip install --quiet -e ".[dev]"
-
-# The differential-test oracle (megatron-core 0.19.2 on CPU torch; see the script for why
-# each step). Without a local CPU torch wheel it is skipped and so are the oracle tests.
-bash scripts/install_oracle.sh .venv
-bash scripts/install_oracle_extras.sh .venv
-# megatron-core 0.16.1 beside it, for Megatron-LM's own tools/preprocess_data.py (core_v0.16.1).
-bash scripts/install_preprocess_data_oracle.sh .venv
-bash scripts/install_training_test_deps.sh .venv
-# fairseq itself, for the max_tokens batch tests: its own venv (about 4 minutes the first
-# time on a machine, seconds after that: the built wheel is cached).
-bash scripts/install_fairseq_oracle.sh .venv-fairseq
-# megatron-core 0.16.1, with Megatron-LM core_v0.16.1 the older oracle of the Megatron-LM
-# differential test (the newer, 0.19.2, is in .venv): its own venv, about 30 s.
-bash scripts/install_megatron016_oracle.sh .venv-megatron016
+if [ ! -x .venv/bin/python ]; then
+    "$python" -c 'import sys; sys.exit(sys.version_info < (3, 10))' || {
+        echo "mmidx_builder needs Python 3.10 or newer; $python is $("$python" -V 2>&1). Set PYTHON=python3.11 (say)." >&2
+        exit 1
+    }
+    "$python" -m venv .venv
+fi
+# An editable install of pyproject.toml needs pip 21.3 or newer (Python 3.10.0 shipped 21.2).
+.venv/bin/python -c 'import pip, sys; sys.exit(tuple(map(int, pip.__version__.split(".")[:2])) < (21, 3))' \
+    || .venv/bin/python -m pip install --quiet --upgrade pip
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -e .
 
 .venv/bin/python examples/quickstart.py "${1:-example}"

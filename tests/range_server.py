@@ -38,6 +38,16 @@ import threading
 import time
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 
+import pytest
+
+
+def require_remote_extra() -> None:
+    """Streaming http(s):// and hf:// files goes through fsspec's HTTP filesystem, which needs
+    aiohttp: the remote extra. Skips without it (fails under MMIDX_REQUIRE_ORACLE=1, as CI
+    installs it)."""
+    pytest.importorskip("aiohttp", reason="the remote extra (pip install 'mmidx-builder[remote]'): "
+                                          "streaming http(s):// and hf:// files needs aiohttp")
+
 
 def byte_range(header: str | None, size: int) -> tuple[int, int, bool]:
     """``(start, stop, ranged)`` for a ``Range`` header of one range over ``size`` bytes (the

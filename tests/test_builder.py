@@ -23,7 +23,7 @@ from mmidx_builder.sources.token_source import Concatenated
 from mmidx_builder import MMIdx
 from mmidx_builder.hf.tables import shard_ranges
 
-from range_server import RangeServer
+from range_server import RangeServer, require_remote_extra
 
 SEQ = 16
 SEED = 77
@@ -263,6 +263,8 @@ def test_resume_mid_epoch_yields_exactly_the_rest(corpus, cache):
     np.testing.assert_array_equal(np.concatenate([np.array(head), rest]), expected)
 
 
+@pytest.mark.skipif(not hasattr(datasets.IterableDataset, "reshard"),
+                    reason=f"IterableDataset.reshard() came with datasets 4.6 (installed: {datasets.__version__})")
 def test_reshard_splits_shards_and_keeps_samples(corpus, cache):
     root, prefixes = corpus
     stream = load_dataset(str(root), seq_length=SEQ, seed=SEED, num_shards=3, streaming=True, cache_dir=cache,
@@ -317,6 +319,7 @@ def test_verification_records_checksums_and_checks_split_sizes(tmp_path, corpus,
 
 
 def test_streaming_over_http_reads_ranges_not_whole_files(tmp_path, cache, random_documents):
+    require_remote_extra()
     rng = np.random.default_rng(3)
     big = random_documents(rng, rng.integers(200, 2000, size=6000))
     prefix = write_documents(tmp_path / "served" / "train_text_document", big, dtype=np.uint16)
@@ -424,6 +427,7 @@ def test_raw_streaming_equals_prepared(raw_folder, cache):
 
 
 def test_raw_files_stream_from_http(raw_folder, cache):
+    require_remote_extra()
     files = sorted(p.relative_to(raw_folder).as_posix() for p in raw_folder.rglob("*.dat"))
     options = dict(n_bytes=2, seq_length=SEQ, seed=SEED, cache_dir=cache, split="train")
     local = column(load_dataset("mmidx", data_files={"train": [str(raw_folder / f) for f in files]}, **options))

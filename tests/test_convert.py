@@ -52,7 +52,7 @@ def training_text(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def bpe_path(training_text, tmp_path_factory):
-    import tokenizers
+    tokenizers = pytest.importorskip("tokenizers", reason="the tokenizers extra trains the BPE tokenizer")
     tokenizer = tokenizers.Tokenizer(tokenizers.models.BPE(unk_token="<unk>"))
     tokenizer.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = tokenizers.decoders.ByteLevel()
@@ -66,7 +66,7 @@ def bpe_path(training_text, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def spm_path(training_text, tmp_path_factory):
-    import sentencepiece
+    sentencepiece = pytest.importorskip("sentencepiece", reason="the sentencepiece extra trains the unigram model")
     prefix = tmp_path_factory.mktemp("spm") / "unigram"
     sentencepiece.SentencePieceTrainer.train(input=training_text, model_prefix=str(prefix), vocab_size=70, hard_vocab_limit=False,
                                              model_type="unigram", character_coverage=1.0,
@@ -278,14 +278,17 @@ def test_unreadable_file_and_broken_tokenizer(tmp_path):
         convert([good, str(tmp_path / "corrupt.jsonl.gz")], str(tmp_path / "o" / "y"), "bytes")
     assert not os.path.exists(tmp_path / "o" / "y_text_document.bin")
 
-    (tmp_path / "tokenizer.json").write_text("{not a tokenizer")
-    with pytest.raises(ConvertError, match="tokenizer.json: cannot load"):
-        convert([good], str(tmp_path / "t"), str(tmp_path / "tokenizer.json"))
     (tmp_path / "broken.model").write_bytes(b"\x00garbage")
-    with pytest.raises(ConvertError, match="broken.model: cannot load"):
-        convert([good], str(tmp_path / "t"), str(tmp_path / "broken.model"))
     with pytest.raises(ConvertError, match="cannot tell the input format"):
         convert([str(tmp_path / "broken.model")], str(tmp_path / "t"), "bytes")
+    # The tokenizer files' own loaders (optional extras) refuse them:
+    (tmp_path / "tokenizer.json").write_text("{not a tokenizer")
+    pytest.importorskip("tokenizers", reason="the tokenizers extra loads tokenizer.json")
+    with pytest.raises(ConvertError, match="tokenizer.json: cannot load"):
+        convert([good], str(tmp_path / "t"), str(tmp_path / "tokenizer.json"))
+    pytest.importorskip("sentencepiece", reason="the sentencepiece extra loads .model files")
+    with pytest.raises(ConvertError, match="broken.model: cannot load"):
+        convert([good], str(tmp_path / "t"), str(tmp_path / "broken.model"))
     assert not glob.glob(str(tmp_path / "t_*"))
 
 

@@ -29,6 +29,7 @@ from mmidx_builder.publishing.card import CardSettings, write_card
 from mmidx_builder.hf.card_checksums import card_sha256
 
 from hub_server import LocalHub, isolate_hf_home, loopback_only, point_clients_at
+from range_server import require_remote_extra
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "hf_downloadTOKENthatMustNeverBePrinted42"
@@ -157,6 +158,7 @@ def test_call_kwargs_override_the_cards_configs(local_hub, published, cache):
 
 
 def test_streaming_from_the_hub_gives_the_folders_rows(local_hub, published, cache):
+    require_remote_extra()
     for split, kwargs in (("train", {}), ("validation", {}), ("validation", OVERRIDE)):
         stream = load_dataset("me/tokens", split=split, streaming=True, cache_dir=cache, **kwargs)
         from_hub = within(DEADLINE, lambda: rows(stream))
@@ -170,6 +172,7 @@ def test_streaming_from_the_hub_gives_the_folders_rows(local_hub, published, cac
 def test_streaming_reads_the_idx_once_then_only_sample_ranges(local_hub, tmp_path, cache):
     """A .bin far larger than what the samples taken hold: the stream must fetch ranges of
     it, never the whole file, and the .idx exactly once."""
+    require_remote_extra()
     rng = np.random.default_rng(11)
     folder = tmp_path / "big"
     folder.mkdir()
@@ -221,6 +224,7 @@ def private(local_hub, tmp_path_factory):
 
 
 def test_private_repo_loads_with_the_token_which_is_sent_and_never_shown(local_hub, private, cache, capsys, caplog):
+    require_remote_extra()
     caplog.set_level("DEBUG")
     first = len(local_hub.requests)
     loaded = within(DEADLINE, lambda: load_dataset("me/secret", split="validation", cache_dir=cache))
@@ -277,6 +281,7 @@ def branch_v1(local_hub, published, tmp_path_factory):
 
 
 def test_a_branch_loads_its_own_files(local_hub, published, branch_v1, cache):
+    require_remote_extra()
     assert local_hub.repos["me/tokens"].branches["v1"] != local_hub.repos["me/tokens"].branches["main"]
     v1 = rows(within(DEADLINE, lambda: load_dataset("me/tokens", revision="v1", split="train", cache_dir=cache)))
     main = rows(load_dataset("me/tokens", split="train", cache_dir=cache))
@@ -316,6 +321,7 @@ def test_a_bin_that_is_not_a_token_file_is_named(local_hub, cache):
 
 
 def test_an_idx_that_is_not_an_index_is_named(local_hub, published, cache):
+    require_remote_extra()
     files = dict(local_hub.files("me/tokens"))
     files["train.idx"] = b"NOT AN INDEX" + files["train.idx"][12:]
     local_hub.commit("me/bad-idx", files)
@@ -348,6 +354,7 @@ def _copy_of_published(local_hub, repo_id):
 
 
 def test_a_connection_dropped_mid_response_is_retried(local_hub, published, cache, fast_retries):
+    require_remote_extra()
     expected = rows(load_dataset(str(published), split="validation", cache_dir=cache))
     for streaming, repo_id in ((True, "me/cut-stream"), (False, "me/cut-arrow")):
         _copy_of_published(local_hub, repo_id)
@@ -364,6 +371,7 @@ def test_a_connection_dropped_mid_response_is_retried(local_hub, published, cach
 
 
 def test_a_server_that_keeps_dropping_gives_an_error_not_a_hang(local_hub, published, cache, fast_retries):
+    require_remote_extra()
     _copy_of_published(local_hub, "me/always-cut")
     local_hub.cut[r"/me/always-cut/resolve/.*/validation\.bin"] = 10**6
     for streaming in (True, False):
@@ -380,6 +388,7 @@ def test_a_server_that_keeps_dropping_gives_an_error_not_a_hang(local_hub, publi
 
 
 def test_a_stalled_response_times_out_and_is_retried(local_hub, published, cache, fast_retries):
+    require_remote_extra()
     expected = rows(load_dataset(str(published), split="validation", cache_dir=cache))
     for streaming, repo_id in ((True, "me/stall-stream"), (False, "me/stall-arrow")):
         _copy_of_published(local_hub, repo_id)
@@ -434,6 +443,7 @@ A Megatron blend: two prefixes, weights 0.4 / 0.6, split 90,10,0.
 def test_a_megatron_blend_in_the_cards_configs_loads_the_same_from_the_hub(local_hub, tmp_path, cache):
     """The card of a Hub repo can carry a Megatron blend with relative prefixes: loading the
     repo (Arrow cache and streaming) gives the folder's rows, dataset_id included."""
+    require_remote_extra()
     from huggingface_hub import HfApi
 
     folder = tmp_path / "blend"

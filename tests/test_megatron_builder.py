@@ -13,6 +13,9 @@ import pytest
 
 from conftest import MegatronTokenizer
 
+# Every test here compares with megatron-core or Megatron-LM's own code (the oracle).
+pytest.importorskip("megatron.core", reason="megatron-core, the oracle (bash scripts/test.sh installs it)")
+
 from datasets import load_dataset
 
 import mmidx_builder  # noqa: F401  registers the builders

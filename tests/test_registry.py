@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 import datasets.load
 import datasets.packaged_modules as packaged
@@ -170,3 +171,64 @@ def test_data_dir_alone_reaches_the_builder(tmp_path):
                                      seq_length=64, style="diff", cache_dir=str(tmp_path / "c2"))
     assert by_dir["train"].num_rows == -(-301 // 64) + -(-501 // 64)
     assert by_dir["train"]["input_ids"] == by_files["train"]["input_ids"]
+
+
+# --- the supported range: every internal used is checked at import ---------------------------
+
+def test_every_internal_the_registry_lists_exists_in_the_installed_datasets():
+    registry.check_internals(*registry.INTERNALS)  # raises, naming the missing ones
+    for module_name, names in registry.INTERNALS.items():
+        module = __import__(module_name, fromlist=["_"])
+        for dotted in names:
+            found = module
+            for part in dotted.split("."):
+                found = getattr(found, part)
+            assert found is not None, f"{module_name}.{dotted}"
+
+
+def test_pyproject_floor_is_the_registrys_oldest_release():
+    import pathlib
+    import re
+
+    pyproject = (pathlib.Path(__file__).resolve().parent.parent / "pyproject.toml").read_text()
+    (floor,) = re.findall(r'"datasets>=([\d.]+)"', pyproject)
+    assert registry._release(floor) == registry._release(registry.OLDEST_DATASETS)[:len(registry._release(floor))]
+    assert not re.search(r'"datasets[^"]*<', pyproject), "no upper bound on datasets"
+
+
+def _tables_without(name):
+    import types
+
+    tables = {n: getattr(packaged, n) for n in registry.INTERNALS["datasets.packaged_modules"] if n != name}
+    return types.SimpleNamespace(**tables)
+
+
+@pytest.mark.parametrize("installed, advice", [
+    ("4.0.0", "pip install -U 'datasets>=4.5.0'"),
+    ("9.1.0", "this datasets release is newer than the ones this mmidx_builder knows"),
+])
+def test_a_datasets_without_a_table_is_refused_naming_version_range_and_what_to_do(monkeypatch, installed, advice):
+    from mmidx_builder.errors import DatasetsVersionError
+
+    monkeypatch.setattr(registry, "_installed_datasets", lambda: installed)
+    with pytest.raises(DatasetsVersionError) as caught:
+        registry.register(_tables_without("_ALL_ALLOWED_EXTENSIONS"))
+    message = str(caught.value)
+    assert message.startswith(f"mmidx_builder supports datasets 4.5.0 and newer; the installed datasets {installed} "
+                              "lacks datasets.packaged_modules._ALL_ALLOWED_EXTENSIONS,")
+    assert advice in message
+    assert isinstance(caught.value, ImportError)
+
+
+def test_the_check_runs_at_import(tmp_path):
+    """A datasets lacking a table (here: one deleted after datasets' import, as 4.0-4.4 lack
+    three) makes ``import mmidx_builder`` itself fail with the one error, not an AttributeError."""
+    code = ("import datasets, datasets.packaged_modules as p\n"
+            "del p._MODULE_TO_METADATA_EXTENSIONS\n"
+            "import mmidx_builder\n")
+    result = _run(code, tmp_path)
+    assert result.returncode != 0
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("mmidx_builder.errors.DatasetsVersionError: mmidx_builder supports datasets 4.5.0 and "
+                           f"newer; the installed datasets {datasets.__version__} lacks "
+                           "datasets.packaged_modules._MODULE_TO_METADATA_EXTENSIONS"), result.stderr[-2000:]

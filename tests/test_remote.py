@@ -66,6 +66,8 @@ def http_client(request, monkeypatch):
         pytest.importorskip("pycurl", reason="the remote extra's pycurl")
         monkeypatch.setattr(fetching, "HTTP_CLIENT", "auto")
     else:
+        pytest.importorskip("aiohttp", reason="the remote extra's aiohttp")
+
         def refused(*args, **kwargs):
             raise AssertionError("HTTP_CLIENT is aiohttp, yet libcurl was asked")
 
@@ -279,6 +281,8 @@ def test_http_ranges_are_fetched_on_the_io_loop_uvloops_when_installed(served, m
 
     if uvloop == "missing":
         monkeypatch.setitem(sys.modules, "uvloop", None)  # import uvloop raises ImportError
+    else:
+        pytest.importorskip("uvloop", reason="the remote extra's uvloop")
     monkeypatch.setattr(process_state, "_PER_PROCESS", {})  # a new io loop, as in a new process
     monkeypatch.setattr(access_module, "_FILESYSTEMS", {})
     folder, _ = served

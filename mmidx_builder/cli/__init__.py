@@ -20,10 +20,28 @@ COMMAND_MODULES = (files, convert, fairseq, publish)
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mmidx", description="Indexed token files (.bin/.idx) for training.")
+    parser.add_argument("--version", action="version", version=_version_line())
     commands = parser.add_subparsers(dest="command", required=True)
     for module in COMMAND_MODULES:
         module.add_commands(commands)
     return parser
+
+
+def _version_line() -> str:
+    """``mmidx 0.2.0 (datasets 5.2.0, Python 3.11.7)``: what a bug report needs; read from the
+    installed packages' metadata, so that nothing is imported for it."""
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+
+    def installed(distribution: str, otherwise: str) -> str:
+        try:
+            return version(distribution)
+        except PackageNotFoundError:
+            return otherwise
+
+    # "0+unknown" as mmidx_builder.__version__ says for a source tree that was never installed
+    return (f"mmidx {installed('mmidx-builder', '0+unknown')} (datasets {installed('datasets', 'not installed')}, "
+            f"Python {platform.python_version()})")
 
 
 def main(argv: list[str] | None = None) -> int:

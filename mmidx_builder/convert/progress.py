@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import time
 
+from ..progress import enabled as progress_bars_enabled
 from .summary import ConvertSummary
 
 
 class Meter:
-    """A tqdm bar of documents, with tokens/s and input MB/s beside it (nothing when disabled)."""
+    """A tqdm bar of documents, with tokens/s and input MB/s beside it (nothing when disabled,
+    or when the user turned progress bars off: mmidx_builder/progress.py)."""
 
     def __init__(self, enabled: bool):
-        self.enabled = enabled
+        self.enabled = enabled and progress_bars_enabled()
         self.bar = None
         self.shown = 0
         self.refreshed = 0.0

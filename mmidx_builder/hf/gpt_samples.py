@@ -18,6 +18,7 @@ import pyarrow as pa
 from ..megatron import sampling
 from ..checks import check_int
 from ..dtypes import cast_tokens, integer_dtype
+from ..sources.indexed import split_prefix
 from .base_builder import DEFAULT_NUM_SHARDS, INDEX_CACHE_FOLDER, BaseBuilder, BaseConfig
 from .plans import OpenedSplit, Plan, opened_split
 from .readahead import ReadAhead
@@ -139,11 +140,18 @@ def structure_columns(position_ids: np.ndarray, piece_lengths: list, length: int
             "piece_lengths": pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat))}
 
 
+def _label(plan: Plan) -> str:
+    """A split's files for a progress bar: ``data/a_text_document (train)``, or the first and a count."""
+    names = [split_prefix(str(f)) for f in plan.files] or ["sampling indices"]
+    more = f" and {len(names) - 1} more" if len(names) > 1 else ""
+    return f"{names[0]}{more} ({plan.split})"
+
+
 def opened_samples(source, plan: Plan, files=()) -> OpenedSplit:
     """A kind's token source sampled the Megatron GPTDataset way with the plan's settings
     (``sampling``, ``index_cache_dir``, ``document_structure``, ``dtype``)."""
     indices = sampling.load_or_build_indices(source.sequence_lengths, cache_dir=plan["index_cache_dir"],
-                                             identity=plan.identity, **dict(plan["sampling"]))
+                                             identity=plan.identity, label=_label(plan), **dict(plan["sampling"]))
     dtype = np.dtype(plan["dtype"]) if plan["dtype"] else source.dtype
     features = sample_features(dtype, indices.sample_length, plan["document_structure"])
     table = functools.partial(sample_table_for, source, indices, plan["document_structure"], plan["dtype"])

@@ -26,7 +26,6 @@ the kind's own builder, which ``datasets`` then uses as if it had been named dir
 from __future__ import annotations
 
 import dataclasses
-import importlib
 
 import datasets
 
@@ -34,27 +33,13 @@ from datasets import DownloadConfig
 
 from ..errors import ParameterError
 from .card_scope import scoped_card
+from .kind_settings import kind_builder, kind_fields
 from .registry import FRONT_DOOR, KIND_MODULES, with_card_config
 
 logger = datasets.utils.logging.get_logger(__name__)
 
-def _kind_builder(module_name: str):
-    """The builder a kind module defines (the class there with ``claims``)."""
-    module = importlib.import_module(f"{__package__}.{module_name}")
-    return next(obj for obj in vars(module).values()
-                if isinstance(obj, type) and obj.__module__ == module.__name__ and hasattr(obj, "claims"))
-
-
 # The kinds, in registry.KIND_MODULES' order: the first whose claims() is true is used.
-KINDS = tuple(_kind_builder(name) for name in KIND_MODULES)
-
-_BASE_FIELDS = {f.name for f in dataclasses.fields(datasets.BuilderConfig)}
-
-
-def kind_fields(kind) -> set[str]:
-    """The settings a kind's config declares (beyond datasets' own BuilderConfig fields)."""
-    return {f.name for f in dataclasses.fields(kind.BUILDER_CONFIG_CLASS)} - _BASE_FIELDS
-
+KINDS = tuple(kind_builder(f"{__package__}.{name}") for name in KIND_MODULES)
 
 _ALL_FIELDS = sorted(set().union(*(kind_fields(kind) for kind in KINDS)))
 

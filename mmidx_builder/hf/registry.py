@@ -24,6 +24,16 @@ Two more hooks on ``datasets.load``: for our names, ``load_dataset(name)`` witho
 folder or repo holding ``.bin``/``.idx`` pairs is ours whatever else lies beside them
 (see _pairs_make_a_folder_ours).
 
+Supported: datasets 4.5 and newer (OLDEST_DATASETS; 4.0-4.4 lack three of the tables), with
+no upper bound. Every internal used here is listed in INTERNALS and checked when the module
+holding it is imported, before anything is registered or wrapped: a release that lacks one is
+refused with one DatasetsVersionError naming the installed version, what is missing and what
+to install, instead of an AttributeError from deep inside ``datasets``.
+
+A third hook, on ``datasets.builder``: a setting that a builder's config does not have gets
+an error that says what to do (hf/kind_settings.py: "did you mean seq_length?", or "this
+folder holds no .bin/.idx pair" when datasets picked its own builder for our settings).
+
 Registration must not import ``datasets`` (1.9 s): ``import mmidx_builder.format`` stays
 light. :func:`install` registers at once when ``datasets.packaged_modules`` is already
 imported, and otherwise right after it is, through a one-shot import hook. The table entries
@@ -35,6 +45,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib
 import importlib.abc
 import importlib.util
 import os
@@ -65,10 +76,87 @@ def package_source_hash() -> str:
     return digest.hexdigest()
 
 
+# The oldest datasets release supported: the first with every packaged-module table that
+# register() fills in. CI runs the builder, registry, docs and remote tests on it and on the
+# newest release.
+OLDEST_DATASETS = "4.5.0"
+
+# The datasets internals this module uses, by the module that defines them (dotted names
+# inside it; tests/test_registry.py exercises each through its hook).
+INTERNALS = {
+    "datasets.packaged_modules": ("_PACKAGED_DATASETS_MODULES", "_EXTENSION_TO_MODULE", "_MODULE_TO_EXTENSIONS",
+                                  "_MODULE_TO_METADATA_EXTENSIONS", "_MODULE_TO_METADATA_FILE_NAMES",
+                                  "_ALL_EXTENSIONS", "_ALL_ALLOWED_EXTENSIONS"),
+    "datasets.builder": ("DatasetBuilder._create_builder_config",),
+    "datasets.load": ("PackagedDatasetModuleFactory.get_module", "LocalDatasetModuleFactory.get_module",
+                      "HubDatasetModuleFactory.get_module", "infer_module_for_data_files", "DatasetModule",
+                      "configure_builder_class", "_PACKAGED_DATASETS_MODULES", "_EXTENSION_TO_MODULE"),
+    # imported by datasets.load before its hook runs
+    "datasets.data_files": ("DataFilesDict", "sanitize_patterns"),
+    "datasets.info": ("DatasetInfosDict.from_dataset_card_data",),
+    "datasets.utils.metadata": ("MetadataConfigs.from_dataset_card_data",),
+    "datasets.features": ("Features._from_yaml_list",),
+    "datasets.utils.file_utils": ("_prepare_single_hop_path_and_storage_options",),
+}
+
+
+def _installed_datasets() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("datasets")
+    except PackageNotFoundError:
+        return "(version unknown)"
+
+
+def check_internals(*module_names: str, modules=None) -> None:
+    """Raises DatasetsVersionError when a datasets internal of INTERNALS is missing.
+    ``modules`` maps a module name to the module object to check (default: sys.modules)."""
+    from ..errors import DatasetsVersionError
+
+    missing = []
+    for module_name in module_names:
+        module = (modules or {}).get(module_name) or sys.modules.get(module_name)
+        if module is None:  # datasets.load imports them all before its hook runs; this is a fallback
+            try:
+                module = importlib.import_module(module_name)
+            except ImportError:
+                module = None
+        for dotted in INTERNALS[module_name]:
+            found = module
+            for part in dotted.split("."):
+                found = getattr(found, part, None)
+            if found is None:
+                missing.append(f"{module_name}.{dotted}")
+    if not missing:
+        return
+    installed = _installed_datasets()
+    if _release(installed) < _release(OLDEST_DATASETS):
+        advice = f"pip install -U 'datasets>={OLDEST_DATASETS}'"
+    else:
+        advice = ("this datasets release is newer than the ones this mmidx_builder knows: "
+                  "pip install -U mmidx-builder, or install the datasets release before it")
+    raise DatasetsVersionError(
+        f"mmidx_builder supports datasets {OLDEST_DATASETS} and newer; the installed datasets {installed} "
+        f"lacks {', '.join(missing)}, which registering the mmidx builders needs ({advice})")
+
+
+def _release(version: str) -> tuple:
+    """``"4.5.0.dev0"`` -> (4, 5, 0): the leading numbers, enough to order releases."""
+    numbers = []
+    for part in version.split("."):
+        digits = "".join(c for c in part if c.isdigit()) if part[:1].isdigit() else ""
+        if not digits:
+            break
+        numbers.append(int(digits))
+    return tuple(numbers)
+
+
 def register(packaged=None) -> None:
     """Makes ``load_dataset`` find the builders; idempotent."""
     if packaged is None:
         import datasets.packaged_modules as packaged
+    check_internals("datasets.packaged_modules", modules={"datasets.packaged_modules": packaged})
     for name in BUILDER_MODULES:
         packaged._PACKAGED_DATASETS_MODULES[name] = (f"{__package__}.{name}", package_source_hash())
         packaged._MODULE_TO_EXTENSIONS[name] = EXTENSIONS + [".zip"]
@@ -245,14 +333,44 @@ def _typed_card_errors(load) -> None:
         factory.get_module = get_module
 
 
+def _settings_say_what_to_do(builder) -> None:
+    """datasets refuses a setting its config lacks with the whole config's repr ("BuilderConfig
+    IndexedConfig(name=..., ...) doesn't have a 'seq_lenght' key", ~700 characters), and for
+    our settings on a folder it gave to its own builder, with that builder's config. Every
+    builder's config is made in ``DatasetBuilder._create_builder_config``: wrapped here, the
+    settings are checked first and refused with a ParameterError that says what to do
+    (hf/kind_settings.py); settings that fit go on to datasets unchanged."""
+    cls = builder.DatasetBuilder
+    original = cls._create_builder_config
+    if getattr(original, "_mmidx", False):
+        return
+
+    def _create_builder_config(self, config_name=None, custom_features=None, config_id=None, **config_kwargs):
+        from .kind_settings import refuse_unknown_settings
+
+        refuse_unknown_settings(self, config_kwargs, ours=type(self).__module__.startswith(f"{__package__}."),
+                                kind_modules=[f"{__package__}.{name}" for name in KIND_MODULES])
+        return original(self, config_name, custom_features, config_id, **config_kwargs)
+
+    _create_builder_config._mmidx = True
+    cls._create_builder_config = _create_builder_config
+
+
+def _hook_builder(builder) -> None:
+    check_internals("datasets.builder")
+    _settings_say_what_to_do(builder)
+
+
 def _hook_load(load) -> None:
+    check_internals("datasets.load", "datasets.data_files", "datasets.info", "datasets.utils.metadata",
+                    "datasets.features", "datasets.utils.file_utils")
     _no_folder_scan_for_our_names(load)
     _pairs_make_a_folder_ours(load)
     _typed_card_errors(load)
 
 
 # module imported by datasets -> what to do right after it has run
-_ON_IMPORT = {"datasets.packaged_modules": register, "datasets.load": _hook_load}
+_ON_IMPORT = {"datasets.packaged_modules": register, "datasets.builder": _hook_builder, "datasets.load": _hook_load}
 
 
 class _AfterImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -392,4 +510,5 @@ def stream_origin(stream):
     return builder, dict(kwargs)
 
 
-__all__ = ["BUILDER_MODULES", "FRONT_DOOR", "KIND_MODULES", "install", "package_source_hash", "register"]
+__all__ = ["BUILDER_MODULES", "FRONT_DOOR", "INTERNALS", "KIND_MODULES", "OLDEST_DATASETS", "check_internals", "install",
+           "package_source_hash", "register"]

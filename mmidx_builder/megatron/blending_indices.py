@@ -57,6 +57,7 @@ import numpy as np
 from ..storage import array_cache
 from ..checks import check_int
 from ..errors import ParameterError
+from ..progress import Steps
 
 __all__ = [
     "BlendingIndices",
@@ -332,25 +333,31 @@ def _cache_key(kind: str, values: np.ndarray, size: int) -> str:
 
 
 def load_or_build_blending_indices(*, cache_dir: str | os.PathLike | None, weights=None, size: int | None = None,
-                                   sizes=None) -> BlendingIndices:
+                                   sizes=None, label: str = "blend") -> BlendingIndices:
     """:func:`build_blending_indices` (``weights`` and ``size``) or
     :func:`build_exhaustive_blending_indices` (``sizes``), cached in ``cache_dir`` (None: no cache).
 
     The key hashes the exact float64 weights (or int64 sizes) and the size, so equal inputs share a
     cache whatever the files were called. Arrays are written with ``allow_pickle=False`` under
     temporary names and renamed, a small meta file last; a hit returns read-only memory maps. A
-    cache that cannot be written is skipped with a warning.
+    cache that cannot be written is skipped with a warning. A build that takes more than a
+    couple of seconds shows a progress bar named ``label`` (progress.Steps).
     """
     if (sizes is None) == (weights is None):
         raise ParameterError("give weights and size (a weighted blend) or sizes (an exhaustive blend), not both")
     if sizes is not None:
         values, kind = _as_sizes(sizes), "exhaustive"
         size = int(values.sum())
-        build = lambda: build_exhaustive_blending_indices(values)  # noqa: E731
+        build_now = lambda: build_exhaustive_blending_indices(values)  # noqa: E731
     else:
         values, kind = _as_weights(weights), "weighted"
         size = check_int("size", size, 0)
-        build = lambda: build_blending_indices(values, size)  # noqa: E731
+        build_now = lambda: build_blending_indices(values, size)  # noqa: E731
+
+    def build():
+        with Steps(label, ("blend",)) as steps:
+            steps.step("blend")
+            return build_now()
     if cache_dir is None:
         return build()
     cache_dir = os.fspath(cache_dir)

@@ -75,6 +75,12 @@ def normalize(weights: Sequence[float]) -> list[float]:
     return (w / np.sum(w)).tolist()
 
 
+def _without_pair_suffix(prefix: str) -> str:
+    """``data/a_text_document.bin`` (or ``.idx``) names the pair ``data/a_text_document``, as
+    every ``mmidx`` command reads a path; megatron-core would look for ``....bin.bin``."""
+    return prefix[:-4] if prefix.endswith((".bin", ".idx")) and len(prefix) > 4 else prefix
+
+
 def parse_data_path(value, what: str = "data_path") -> Blend:
     """Megatron's ``get_blend_from_list``: an odd number of tokens, or tokens that are not all
     weight/prefix pairs, are prefixes; otherwise weight/prefix pairs. Weights must be finite
@@ -94,7 +100,7 @@ def parse_data_path(value, what: str = "data_path") -> Blend:
             bad = next(t for t, w in zip(tokens[0::2], raw) if w is None)
             raise ParameterError(f"{what}: {bad!r} stands where a weight should be; give weight/prefix pairs "
                                  f"throughout or prefixes only, got {tokens}")
-    prefixes = [p.strip() for p in prefixes]
+    prefixes = [_without_pair_suffix(p.strip()) for p in prefixes]
     for prefix in prefixes:
         if _float(prefix) is not None and weights is None and len(tokens) > 1:
             raise ParameterError(f"{what}: {prefix!r} looks like a weight without its prefix (got {tokens})")

@@ -40,6 +40,7 @@ from ..storage import array_cache
 from ..storage.files import temporary_path
 from ..checks import check_int, check_seed
 from ..errors import FormatError, ParameterError
+from ..progress import Steps
 
 __all__ = [
     "SamplingIndices",
@@ -309,13 +310,19 @@ def _check_memory(num_sequences: int, num_epochs: int, total_samples: int) -> No
             f"{available / 2**30:,.1f} GiB; ask for fewer samples or epochs")
 
 
+# The steps of a build, in order (what a progress bar names).
+BUILD_STEPS = ("documents", "samples", "shuffle")
+
+
 def build_indices(sequence_lengths: np.ndarray, *, seq_length: int, seed: int, num_epochs: int | None = None,
-                  num_samples: int | None = None, add_extra_token: bool = True) -> SamplingIndices:
+                  num_samples: int | None = None, add_extra_token: bool = True,
+                  on_step=lambda step: None) -> SamplingIndices:
     """The document, sample and shuffle indices megatron-core's GPTDataset builds.
 
     ``sequence_lengths``: tokens per sequence (GPTDataset packs sequences; its document ids
     are sequence ids). Give ``num_epochs`` (whole epochs) or ``num_samples`` (Megatron's
-    way, possibly ending inside an epoch), or neither for one epoch. Pure: no I/O.
+    way, possibly ending inside an epoch), or neither for one epoch. Pure: no I/O;
+    ``on_step(name)`` is called as each of BUILD_STEPS starts (a progress bar's hook).
     """
     sizes = _as_lengths(sequence_lengths)
     seed = check_seed(seed)
@@ -326,12 +333,15 @@ def build_indices(sequence_lengths: np.ndarray, *, seq_length: int, seed: int, n
     separate, sans_final = _final_epoch_split(tokens_per_epoch, seq_length, extra, num_epochs, num_samples)
     _check_memory(len(sizes), num_epochs, (num_epochs * tokens_per_epoch - extra) // seq_length)
     rng = np.random.RandomState(seed)
+    on_step("documents")
     document_index = build_document_index(len(sizes), num_epochs, rng, separate)
+    on_step("samples")
     sample_index = build_sample_index(sizes, document_index, seq_length, num_epochs * tokens_per_epoch, extra)
     total = len(sample_index) - 1
     if num_samples > total:  # cannot happen after count_samples; kept as a clear message, not garbage
         raise ParameterError(f"num_samples={num_samples} exceeds the {total} samples that {num_epochs} epoch(s) "
                              f"of {tokens_per_epoch} tokens hold at seq_length {seq_length}; ask for fewer")
+    on_step("shuffle")
     shuffle_index = build_shuffle_index(sans_final if separate else total, total, rng)
     return SamplingIndices(seq_length=int(seq_length), add_extra_token=bool(extra), num_epochs=num_epochs,
                            num_samples=num_samples, separate_final_epoch=separate,
@@ -413,9 +423,16 @@ def save_indices(indices: SamplingIndices, directory: str | os.PathLike) -> list
     return [os.path.join(directory, name) for name in names]
 
 
+def _built(sizes, label: str, build_kwargs: dict) -> SamplingIndices:
+    """:func:`build_indices` with a progress bar (``label: step``) once it has run a few seconds."""
+    with Steps(label, BUILD_STEPS) as steps:
+        return build_indices(sizes, on_step=steps.step, **build_kwargs)
+
+
 def load_or_build_indices(sequence_lengths, *, cache_dir: str | os.PathLike | None, identity: str,
-                          **build_kwargs) -> SamplingIndices:
-    """:func:`build_indices`, cached in ``cache_dir`` (None: no cache).
+                          label: str = "sampling indices", **build_kwargs) -> SamplingIndices:
+    """:func:`build_indices`, cached in ``cache_dir`` (None: no cache). A build that takes more
+    than a couple of seconds shows a progress bar named ``label`` (progress.Steps).
 
     The key hashes ``identity`` (the caller's description of the index files: paths, sizes,
     mtimes), the lengths themselves and every parameter. Arrays are written with
@@ -424,7 +441,7 @@ def load_or_build_indices(sequence_lengths, *, cache_dir: str | os.PathLike | No
     returns read-only memory maps. A cache that cannot be written is skipped with a warning.
     """
     if cache_dir is None:
-        return build_indices(sequence_lengths, **build_kwargs)
+        return _built(sequence_lengths, label, build_kwargs)
     sizes = _as_lengths(sequence_lengths, check_values=False)  # build_indices checks them when it builds
     unknown = set(build_kwargs) - {"seq_length", "seed", "num_epochs", "num_samples", "add_extra_token"}
     if unknown:
@@ -437,7 +454,7 @@ def load_or_build_indices(sequence_lengths, *, cache_dir: str | os.PathLike | No
     cached = _load_cached(paths, len(sizes))
     if cached is not None:
         return cached
-    indices = build_indices(sizes, **build_kwargs)
+    indices = _built(sizes, label, build_kwargs)
     try:
         _save_cached(paths, indices)
     except OSError as error:

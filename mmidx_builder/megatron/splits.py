@@ -76,7 +76,8 @@ def build_split(plan: SplitPlan, sources: dict[str, TokenSource], *, seq_length:
         try:
             indices = sampling.load_or_build_indices(
                 ranged.sequence_lengths, cache_dir=cache_dir, identity=ranged.identity, seq_length=seq_length,
-                seed=seed, num_samples=part.num_samples, add_extra_token=add_extra_token)
+                seed=seed, num_samples=part.num_samples, add_extra_token=add_extra_token,
+                label=f"{part.prefix} ({plan.name})")
         except ParameterError as error:
             raise ParameterError(f"split {plan.name!r}, {part.prefix} sequences [{ranged.begin}, {ranged.end}): "
                                  f"{error}") from None
@@ -91,14 +92,17 @@ def build_split(plan: SplitPlan, sources: dict[str, TokenSource], *, seq_length:
     elif plan.blend == "weighted":
         size = sum(per_dataset_size(plan.size, w) for w in plan.weights)
         # BlendedDataset normalises the weights it is given once more.
-        blending = load_or_build_blending_indices(cache_dir=cache_dir, weights=normalize(plan.weights), size=size)
+        blending = load_or_build_blending_indices(cache_dir=cache_dir, weights=normalize(plan.weights), size=size,
+                                                  label=f"{len(plan.parts)} datasets ({plan.name})")
         rows = plan.size
     elif plan.size is None:
-        blending = load_or_build_blending_indices(cache_dir=cache_dir, sizes=np.array(lengths, np.int64))
+        blending = load_or_build_blending_indices(cache_dir=cache_dir, sizes=np.array(lengths, np.int64),
+                                                  label=f"{len(plan.parts)} datasets ({plan.name})")
         rows = len(blending)
     else:
         size = min(plan.size, sum(lengths))
-        blending = load_or_build_blending_indices(cache_dir=cache_dir, weights=normalize(lengths), size=size)
+        blending = load_or_build_blending_indices(cache_dir=cache_dir, weights=normalize(lengths), size=size,
+                                                  label=f"{len(plan.parts)} datasets ({plan.name})")
         rows = size
     if blending is not None:
         drawn = np.bincount(np.asarray(blending.dataset_index, np.int64), minlength=len(lengths))

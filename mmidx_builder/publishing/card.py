@@ -131,8 +131,11 @@ class RenderedCard:
 
 
 def sha256_of(path: str | os.PathLike) -> str:
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()  # reads in chunks
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:  # in 1 MiB chunks (hashlib.file_digest is Python 3.11+)
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def find_splits(directory: str | os.PathLike) -> dict[str, list[str]]:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Callable
 
 from .card import HISTOGRAM_NAME, README_NAME, CardSettings, render_card, write_card
+from .. import progress
 from ..errors import FormatError, HubError, ParameterError
 from ..sources.indexed import IndexedFile, split_prefix
 
@@ -251,7 +252,7 @@ def upload(directory: str | os.PathLike, repo_id: str, *, private: bool = False,
             api.create_branch(repo_id, branch=revision, repo_type="dataset", exist_ok=True, token=token)
     resume = (f"Run the same command again to resume: files already committed to {repo_id} are skipped "
               "and data already sent is not sent again")
-    with _translated(repo_id, "uploading", resume_hint=resume):
+    with _translated(repo_id, "uploading", resume_hint=resume), progress.hub_bars_follow_the_switch():
         api.upload_folder(repo_id=repo_id, folder_path=str(directory), repo_type="dataset", revision=revision,
                           commit_message=commit_message or DEFAULT_COMMIT_MESSAGE, ignore_patterns=list(IGNORE_PATTERNS),
                           token=token)

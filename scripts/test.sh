@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Command 2 of the README: installs what the tests need into ./.venv (made by command 1,
+# scripts/quickstart.sh, or here if missing) and runs the whole suite. Arguments go to pytest:
+#   bash scripts/test.sh                          # everything
+#   bash scripts/test.sh tests/test_registry.py -x
+# Installs: the package with its test and optional extras ([dev]) and, where a CPU torch wheel
+# is in pip's local wheel folder, the differential-test oracles (docs/testing.md): megatron-core
+# 0.19.2 in .venv with its tokenizer extras, megatron-core 0.16.1 for preprocess_data.py,
+# torchdata and accelerate, fairseq in .venv-fairseq (minutes the first time, its wheel cached
+# after), megatron-core 0.16.1 in .venv-megatron016. Without that wheel the oracles' tests skip,
+# except under MMIDX_REQUIRE_ORACLE=1 (CI), where they fail.
+# Idempotent: once everything is installed, a second run goes straight to the tests (the
+# record is .venv/.mmidx-test-deps, the sha256 of pyproject.toml and these scripts).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python=${PYTHON:-python3}
+
+[ -x .venv/bin/python ] || "$python" -m venv .venv
+record=.venv/.mmidx-test-deps
+wanted=$(cat pyproject.toml scripts/test.sh scripts/install_*.sh scripts/cpu_torch_venv.sh | sha256sum | cut -d' ' -f1)
+if [ "$(cat "$record" 2>/dev/null)" != "$wanted" ]; then
+    .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[dev]"
+    bash scripts/install_oracle.sh .venv
+    bash scripts/install_oracle_extras.sh .venv
+    bash scripts/install_preprocess_data_oracle.sh .venv
+    bash scripts/install_training_test_deps.sh .venv
+    bash scripts/install_fairseq_oracle.sh .venv-fairseq
+    bash scripts/install_megatron016_oracle.sh .venv-megatron016
+    echo "$wanted" > "$record"
+fi
+
+.venv/bin/python -m pytest -q "$@"
