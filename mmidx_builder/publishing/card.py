@@ -141,21 +141,28 @@ def find_splits(directory: str | os.PathLike) -> dict[str, list[str]]:
     from datasets.data_files import DataFilesList, get_data_patterns
     from datasets.exceptions import DataFilesNotFoundError
 
+    from .hf.pair_listing import PAIR_SUFFIXES, one_error
+    from .hf.registry import accounting
+
     base = os.path.abspath(directory)
-    try:
-        patterns = get_data_patterns(base)
-    except (DataFilesNotFoundError, FileNotFoundError):
-        patterns = {}
     splits = {}
-    for split, split_patterns in patterns.items():
+    with accounting() as left_out:  # a pair whose .bin is gone is named, not skipped (hf/pair_listing.py)
         try:
-            files = DataFilesList.from_patterns(split_patterns, base_path=base, allowed_extensions=[".bin"])
-        except FileNotFoundError:
-            continue  # this split's files are not .bin files (e.g. a test.jsonl beside the data)
-        # datasets' extension filter also passes "x.bin.tmp-123" (it checks every suffix).
-        names = sorted(Path(f).relative_to(base).as_posix() for f in files if str(f).endswith(".bin"))
-        if names:
-            splits[str(split)] = names
+            patterns = get_data_patterns(base)
+        except (DataFilesNotFoundError, FileNotFoundError):
+            patterns = {}
+        for split, split_patterns in patterns.items():
+            try:
+                files = DataFilesList.from_patterns(split_patterns, base_path=base, allowed_extensions=[".bin"])
+            except FileNotFoundError:
+                continue  # this split's files are not .bin files (e.g. a test.jsonl beside the data)
+            # datasets' extension filter also passes "x.bin.tmp-123" (it checks every suffix).
+            names = sorted(Path(f).relative_to(base).as_posix() for f in files if str(f).endswith(".bin"))
+            if names:
+                splits[str(split)] = names
+    missing = one_error(e for e in left_out if e.path.endswith(PAIR_SUFFIXES))
+    if missing is not None:
+        raise missing
     if not splits:
         raise ParameterError(f"{base}: no .bin files found; a card describes a folder of .bin/.idx pairs")
     _refuse_files_in_no_split(base, splits)
