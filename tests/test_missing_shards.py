@@ -22,7 +22,7 @@ from datasets import load_dataset
 
 import mmidx_builder  # noqa: F401  registers the builders
 from mmidx_builder.errors import MissingPartnerError, MMIdxError
-from mmidx_builder.format import write_documents
+from mmidx_builder.sources.indexed import write_documents
 
 SEQ = 16
 BROKEN = ("deleted", "dangling link", "directory", "fifo")

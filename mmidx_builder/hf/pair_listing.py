@@ -25,7 +25,7 @@ import os
 import stat
 from collections.abc import Iterable, Mapping
 
-from .._io import is_remote
+from ..storage.files import is_remote
 from ..errors import FormatError, MissingPartnerError
 
 PAIR_SUFFIXES = (".bin", ".idx")

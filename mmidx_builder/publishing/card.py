@@ -141,8 +141,8 @@ def find_splits(directory: str | os.PathLike) -> dict[str, list[str]]:
     from datasets.data_files import DataFilesList, get_data_patterns
     from datasets.exceptions import DataFilesNotFoundError
 
-    from .hf.pair_listing import PAIR_SUFFIXES, one_error
-    from .hf.registry import accounting
+    from ..hf.pair_listing import PAIR_SUFFIXES, one_error
+    from ..hf.registry import accounting
 
     base = os.path.abspath(directory)
     splits = {}
