@@ -257,12 +257,13 @@ def accounting():
     """Within this block, every pattern datasets resolves also records the files it would
     silently leave out (a ``.idx`` whose ``.bin`` is gone, a FIFO or a dangling link among
     the data files): ``with accounting() as ledger: ...`` then ``ledger`` holds one error each."""
-    outer = getattr(_listings, "ledger", None)
-    _listings.ledger = ledger = []
+    outer, outer_matched = getattr(_listings, "ledger", None), getattr(_listings, "matched", None)
+    ledger = []
+    _listings.ledger, _listings.matched = ledger, set()
     try:
         yield ledger
     finally:
-        _listings.ledger = outer
+        _listings.ledger, _listings.matched = outer, outer_matched
 
 
 def _listed(pattern: str, base_path: str, allowed_extensions, download_config) -> dict:
@@ -307,7 +308,11 @@ def _account_for_every_listed_file(data_files) -> None:
     def resolve_pattern(pattern, base_path, allowed_extensions=None, download_config=None):
         ledger = getattr(_listings, "ledger", None)
         try:
-            return resolve(pattern, base_path, allowed_extensions=allowed_extensions, download_config=download_config)
+            matched = resolve(pattern, base_path, allowed_extensions=allowed_extensions,
+                              download_config=download_config)
+            if ledger is not None:
+                _listings.matched.update(matched)  # a set: datasets probes a folder with overlapping patterns
+            return matched
         finally:
             if ledger is not None:
                 from .pair_listing import problems
@@ -344,6 +349,7 @@ def _no_shard_left_out(load) -> None:
             with accounting() as ledger:
                 try:
                     module = _original(self)
+                    matched = len(_listings.matched)
                 except (FileNotFoundError, FormatError) as error:
                     pairs = [e for e in ledger if e.path.endswith(PAIR_SUFFIXES)]
                     if pairs and not isinstance(error, FormatError):  # all the pattern matched was broken
@@ -351,6 +357,11 @@ def _no_shard_left_out(load) -> None:
                     raise
             if not _ours(module):
                 return module
+            from .card_bounds import too_many_files
+
+            too_many = too_many_files(matched)
+            if too_many is not None:
+                raise too_many
             extensions = () if _packaged else (*PAIR_SUFFIXES, *load._MODULE_TO_EXTENSIONS.get(FRONT_DOOR, ()))
             error = one_error(e for e in ledger if _packaged or e.path.endswith(tuple(extensions)))
             if error is not None:
@@ -361,7 +372,30 @@ def _no_shard_left_out(load) -> None:
         factory.get_module = get_module
 
 
+def _bounded_cards() -> None:
+    """Inside our module factories (:func:`accounting` is active there), a README is checked
+    against the bounds of hf/card_bounds.py before huggingface_hub parses it."""
+    from huggingface_hub import DatasetCard
+
+    load = DatasetCard.load.__func__
+    if getattr(load, "_mmidx", False):
+        return
+
+    def bounded(cls, repo_id_or_path, *args, _load=load, **kwargs):
+        path = os.fspath(repo_id_or_path) if isinstance(repo_id_or_path, (str, os.PathLike)) else None
+        if getattr(_listings, "ledger", None) is not None and path and os.path.isfile(path):
+            from .card_bounds import check_front_matter
+
+            with open(path, encoding="utf-8-sig", newline="", errors="replace") as f:
+                check_front_matter(f.read(), path)
+        return _load(cls, repo_id_or_path, *args, **kwargs)
+
+    bounded._mmidx = True
+    DatasetCard.load = classmethod(bounded)
+
+
 def _hook_load(load) -> None:
+    _bounded_cards()
     _no_folder_scan_for_our_names(load)
     _pairs_make_a_folder_ours(load)
     _typed_card_errors(load)

@@ -348,6 +348,8 @@ def _read_existing(readme: Path):
     from datasets.utils.metadata import MetadataConfigs
     from huggingface_hub import DatasetCard
 
+    from ..hf.card_bounds import check_front_matter
+
     if not readme.is_file():
         return None, None
     try:
@@ -355,6 +357,7 @@ def _read_existing(readme: Path):
     except UnicodeDecodeError as error:
         raise ParameterError(f"{readme}: not UTF-8 text (byte {error.start:,}); fix the file or move it away "
                              "and run again") from None
+    check_front_matter(text, str(readme))  # bounds first: size, nesting, configs (hf/card_bounds.py)
     try:
         data = DatasetCard(text, ignore_metadata_errors=True).data
         MetadataConfigs.from_dataset_card_data(data)  # the configs we merge ours into
@@ -366,6 +369,26 @@ def _read_existing(readme: Path):
                              f"dataset card: {type(error).__name__}: {why}; fix it or move the file away and run "
                              "again") from None
     return text, data
+
+
+# The front matter fields render_card reads and keeps: their types (a list may be one string).
+_FIELD_TYPES = {"license": "a string or a list of strings", "pretty_name": "a string",
+                "task_categories": "a string or a list of strings", "tags": "a string or a list of strings"}
+
+
+def _check_fields_we_read(data, readme: Path) -> None:
+    """Each field the card keeps from an existing README is of the type it must have (``tags:
+    7`` was a TypeError), else a ParameterError naming the README, the field and what is there."""
+    for field, expected in _FIELD_TYPES.items():
+        value = data.get(field)
+        if value is None or isinstance(value, str):
+            continue
+        if "list" in expected and isinstance(value, list) and all(isinstance(v, str) for v in value):
+            continue
+        shown = repr(value)
+        raise ParameterError(f"{readme}: the front matter field {field!r}: expected {expected}, found "
+                             f"{type(value).__name__} {shown if len(shown) <= 60 else shown[:57] + '...'}; "
+                             "fix it or move the file away and run again")
 
 
 def _recorded_settings(readme: Path, body: str) -> dict:
@@ -430,11 +453,14 @@ def render_card(directory: str | os.PathLike, settings: CardSettings | None = No
 
     # Metadata: a person's choices first, then what we generate, through datasets' serialisers.
     data = existing_data if existing else DatasetCardData()
+    _check_fields_we_read(data, readme)
     data.license = settings.license or data.license or "other"
     if settings.pretty_name or not data.pretty_name:
         data.pretty_name = settings.pretty_name or directory.resolve().name
     data.task_categories = data.task_categories or ["text-generation"]
-    data.tags = list(dict.fromkeys((data.get("tags") or []) + ["mmidx", "megatron", "tokenized", "pretraining"]))
+    tags = data.get("tags") or []
+    tags = [tags] if isinstance(tags, str) else tags  # one tag may be written as a string
+    data.tags = list(dict.fromkeys(tags + ["mmidx", "megatron", "tokenized", "pretraining"]))
     data.size_categories = [size_category(sum(s.num_examples for s in splits))]
     # Patterns to datasets: a name with glob characters (glob[1]*?_text_document) is escaped to match itself.
     data_files = [{"split": s.name, "path": [glob.escape(p.bin_name) for p in s.pairs]} for s in splits]
