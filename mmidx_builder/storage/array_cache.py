@@ -23,7 +23,8 @@ import warnings
 import numpy as np
 import xxhash
 
-from .files import remove_stale_temporaries, write_atomically
+from ..errors import OutOfSpaceError
+from .files import free_bytes, out_of_room, remove_quietly, remove_stale_temporaries, write_atomically
 
 DIGEST_KEY = "xxh3_128"
 
@@ -40,16 +41,32 @@ def _meta_digest(meta: dict) -> str:
 
 
 def save_arrays(meta_path: str, array_paths: dict[str, str], arrays: dict[str, np.ndarray], fields: dict) -> None:
-    """Writes ``arrays[name]`` to ``array_paths[name]``, then the meta file with ``fields``."""
-    os.makedirs(os.path.dirname(meta_path) or ".", exist_ok=True)
-    described = {}
-    for name, path in array_paths.items():
-        array = np.asarray(arrays[name])
-        write_atomically(path, lambda f, a=array: np.save(f, a, allow_pickle=False))
-        described[name] = {"dtype": array.dtype.str, "shape": list(array.shape), DIGEST_KEY: _array_digest(array)}
-    meta = {**fields, "arrays": described}
-    meta[DIGEST_KEY] = _meta_digest(meta)
-    write_atomically(meta_path, json.dumps(meta, indent=1).encode())
+    """Writes ``arrays[name]`` to ``array_paths[name]``, then the meta file with ``fields``.
+
+    A write that runs out of room (a full disk, a quota, a file-size limit) removes the arrays
+    this call already put in place (without a meta file nothing would ever remove them) and
+    raises :class:`OutOfSpaceError` naming the folder, the bytes the cache needs and the bytes
+    free there."""
+    folder = os.path.dirname(meta_path) or "."
+    os.makedirs(folder, exist_ok=True)
+    described, written = {}, []
+    try:
+        for name, path in array_paths.items():
+            array = np.asarray(arrays[name])
+            write_atomically(path, lambda f, a=array: np.save(f, a, allow_pickle=False))
+            written.append(path)
+            described[name] = {"dtype": array.dtype.str, "shape": list(array.shape),
+                               DIGEST_KEY: _array_digest(array)}
+        meta = {**fields, "arrays": described}
+        meta[DIGEST_KEY] = _meta_digest(meta)
+        write_atomically(meta_path, json.dumps(meta, indent=1).encode())
+    except OSError as error:
+        for path in written:
+            remove_quietly(path)
+        if out_of_room(error) is None:
+            raise
+        needed = sum(np.asarray(a).nbytes + 128 for a in arrays.values()) + 4096  # .npy headers, the meta file
+        raise OutOfSpaceError(folder, needed, free_bytes(folder), "the index cache") from error
 
 
 def load_arrays(meta_path: str, array_paths: dict[str, str]) -> tuple[dict, dict[str, np.ndarray]] | None:
