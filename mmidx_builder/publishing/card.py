@@ -379,6 +379,13 @@ _FIELD_TYPES = {"license": "a string or a list of strings", "pretty_name": "a st
 def _check_fields_we_read(data, readme: Path) -> None:
     """Each field the card keeps from an existing README is of the type it must have (``tags:
     7`` was a TypeError), else a ParameterError naming the README, the field and what is there."""
+    info = data.get("dataset_info")
+    if isinstance(info, list) and not all(isinstance(e, dict) and isinstance(e.get("config_name"), str)
+                                          for e in info):
+        # datasets merges ours into a list of infos by their config_name (DatasetInfosDict.to_dataset_card_data)
+        raise ParameterError(f"{readme}: the front matter field 'dataset_info': expected a mapping or a list of "
+                             "mappings each with a config_name, found a list with an entry without one; fix it or "
+                             "move the file away and run again")
     for field, expected in _FIELD_TYPES.items():
         value = data.get(field)
         if value is None or isinstance(value, str):
