@@ -60,7 +60,9 @@ def test_descriptors_per_prefix_are_bounded(tmp_path, monkeypatch):
                 held = _descriptors_by_prefix()
                 assert "index cache" not in held, held  # cached arrays are maps without a descriptor
                 assert max(held.values(), default=0) <= 2, held  # a .bin: its descriptor and its map's
-                assert sum(held.values()) <= 2 * 16, held
+                # 16 files of two descriptors, and a few maps whose views the collector has yet
+                # to free (earlier tests' files, a map closed while a view was alive)
+                assert sum(held.values()) <= 2 * 16 + 8, held
         assert read_from == set(range(60)), (warm, sorted(read_from))
 
 
