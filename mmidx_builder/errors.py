@@ -5,6 +5,7 @@
     │   ├── MissingPartnerError     a .bin without its .idx, or the other way round
     │   └── RemoteChangedError      a remote file changed (ETag or size) since it was opened
     ├── RemoteReadError (OSError)   a remote byte range still failing after its retries
+    ├── OutOfSpaceError (OSError)   a write that does not fit in its folder's free space
     ├── ParameterError (ValueError) a setting cannot work (seq_length < 1, too many samples...)
     ├── ConvertError                an input record or tokenizer that `mmidx convert` cannot use
     ├── ConcurrentWriteError        another writer holds the output name (a pair's prefix)
@@ -63,6 +64,29 @@ class RemoteReadError(MMIdxError, OSError):
 
     def __reduce__(self):  # raised in DataLoader workers: must cross processes whole
         return type(self), (self.path, self.start, self.stop, self.reason)
+
+
+class OutOfSpaceError(MMIdxError, OSError):
+    """A write (an Arrow cache, an index cache, saved indices) that does not fit in the free
+    space of its folder, found before writing (an estimate) or when a write failed for lack of
+    space (ENOSPC, a quota, a file-size limit). Nothing of the write is left behind."""
+
+    def __init__(self, folder, needed: int | None, free: int | None, what: str, hint: str = ""):
+        import errno
+
+        self.folder, self.needed, self.free, self.what = os.fspath(folder), needed, free, what
+        needs = f"it needs about {needed:,} bytes" if needed is not None else "a write failed for lack of space"
+        has = f", {free:,} are free there" if free is not None else ""
+        message = (f"{self.folder}: not enough space for {what}: {needs}{has}; nothing of it was left behind "
+                   f"(free space there{', or ' + hint if hint else ''})")
+        super().__init__(errno.ENOSPC, message)
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return self.strerror
+
+    def __reduce__(self):  # raised in worker processes: must cross processes whole
+        return type(self), (self.folder, self.needed, self.free, self.what, self.hint)
 
 
 class ParameterError(MMIdxError, ValueError):

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import require_or_skip
+
 ROOT = Path(__file__).resolve().parent.parent
 ARCHIVES = Path(os.environ.get("MMIDX_MEGATRON_LM_ARCHIVES") or ROOT.parent / "shared" / "oracles" / "megatron-lm")
 ORACLES = {  # megatron_version -> (archive, the python of the venv with its megatron-core, whose version)
@@ -78,15 +80,13 @@ def oracle(version: str, cache: Path):
     MMIDX_REQUIRE_ORACLE=1, when the archive or the venv of its megatron-core is missing."""
     archive_name, python, core_version = ORACLES[version]
     archive = ARCHIVES / archive_name
-    if not archive.is_file():
-        pytest.skip(f"no Megatron-LM archive {archive} (CI has ../shared/oracles/megatron-lm)")
+    if not archive.is_file():  # checked under MMIDX_REQUIRE_ORACLE=1 as well: a missing archive fails there
+        require_or_skip(f"no Megatron-LM archive {archive} (CI has ../shared/oracles/megatron-lm; "
+                        "MMIDX_MEGATRON_LM_ARCHIVES names another folder)")
     if not (os.path.isfile(python)
             and subprocess.run([python, "-c", PROBE, core_version], capture_output=True).returncode == 0):
-        why = (f"no megatron-core {core_version} under {python} for Megatron-LM {version} "
-               "(bash scripts/install_megatron016_oracle.sh .venv-megatron016, scripts/install_oracle.sh .venv)")
-        if os.environ.get("MMIDX_REQUIRE_ORACLE") == "1":
-            pytest.fail(why)
-        pytest.skip(why)
+        require_or_skip(f"no megatron-core {core_version} under {python} for Megatron-LM {version} "
+                        "(bash scripts/install_megatron016_oracle.sh .venv-megatron016, scripts/install_oracle.sh .venv)")
     folder = cache / version
     if not (folder / "pretrain_gpt.py").exists():
         with tarfile.open(archive) as tar:

@@ -103,6 +103,7 @@ def test_a_blend_and_split_string_in_one_call_equal_megatron_core(folder, tmp_pa
                              tmp_path / "megatron")
     for index, name in enumerate(SPLITS):
         ours = dd[name].with_format("numpy")
+        assert len(ours) == len(theirs[index]), name  # a split that drops its last row is not the oracle's
         expected, ids = their_rows(theirs[index], len(ours))
         np.testing.assert_array_equal(np.asarray(ours["input_ids"]), expected)
         assert np.asarray(ours["dataset_id"]).tolist() == ids and np.asarray(ours["dataset_id"]).dtype == np.int16
@@ -138,7 +139,9 @@ def test_megatron_args_give_megatrons_sizes_and_streams(folder, tmp_path):
     theirs = megatron_splits((prefixes, [0.3, 0.7]), "969,30,1", list(sizes), 24, 1234, tmp_path / "megatron")
     for index, name in enumerate(SPLITS):
         rows = list(stream[name])
-        assert len(rows) == sizes[index]
+        # Megatron-LM trains on sizes[index] samples; megatron-core's weighted BlendedDataset may
+        # hold a few more (sum of ceil(size * weight)), never read by its training loop.
+        assert len(rows) == sizes[index] <= len(theirs[index])
         expected, ids = their_rows(theirs[index], len(rows))
         np.testing.assert_array_equal(np.array([r["input_ids"] for r in rows]), expected)
         assert [r["dataset_id"] for r in rows] == ids

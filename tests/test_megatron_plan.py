@@ -54,6 +54,60 @@ def _their_sample(dataset, i):
     return dataset._query_document_sample_shuffle_indices(i)[0], None
 
 
+def _read_every_row(datasets):
+    for dataset in datasets:
+        for i in range(len(dataset) if dataset is not None else 0):
+            _their_sample(dataset, i)
+
+
+def _their_endless_loop(prefixes, weights, split, per_split, sizes, seq_length, extra, surplus) -> bool:
+    """Whether megatron-core's builder would make a mid-level GPTDataset without a token that
+    must still reach a number of tokens: its GPTDataset._get_num_epochs then adds empty epochs
+    forever (``while num_tokens < num_samples * sequence_length + add_extra_token``). The
+    split ranges and per-dataset sizes come from megatron-core's own functions."""
+    from megatron.core.datasets.blended_megatron_dataset_builder import _get_size_per_split_per_dataset
+    from megatron.core.datasets.blended_megatron_dataset_config import (convert_split_vector_to_split_matrix,
+                                                                        parse_and_normalize_split)
+    from megatron.core.datasets.indexed_dataset import IndexedDataset
+    from megatron.core.datasets.utils import normalize
+
+    def lengths_of(prefix):  # copied out: the arrays are views of a map the dataset closes when collected
+        dataset = IndexedDataset(prefix)
+        return np.array(dataset.sequence_lengths)
+
+    def endless(lengths, num_samples):
+        return (num_samples is not None and int(np.sum(lengths)) == 0
+                and num_samples * seq_length + int(extra) > 0)
+
+    if per_split is not None:  # each split its own blend, every dataset whole
+        for index, entry in enumerate(per_split):
+            if entry is None or sizes[index] == 0:
+                continue
+            chosen, ws = entry
+            mid = ([[sizes[index]]] if len(chosen) == 1 else
+                   [[None]] * len(chosen) if ws is None else
+                   _get_size_per_split_per_dataset(normalize(ws), [sizes[index]], surplus=surplus))
+            if any(endless(lengths_of(p), m[0]) for p, m in zip(chosen, mid)):
+                return True
+        return False
+    matrix = convert_split_vector_to_split_matrix(parse_and_normalize_split(split))
+    if len(prefixes) == 1 and weights is None:
+        mid = [list(sizes)]
+    elif weights is None:
+        mid = [[None] * len(SPLITS) for _ in prefixes]
+    else:
+        mid = _get_size_per_split_per_dataset(normalize(weights), sizes, surplus=surplus)
+    for prefix, per_split_sizes in zip(prefixes, mid):
+        lengths = lengths_of(prefix)
+        for bookends, num_samples in zip(matrix, per_split_sizes):
+            if bookends is None:
+                continue
+            begin, end = (int(round(b * float(len(lengths)))) for b in bookends)  # as _build_megatron_dataset_splits
+            if endless(lengths[begin:end], num_samples):
+                return True
+    return False
+
+
 def _random_split(rng):
     parts = [int(rng.choice([0, 1, 2, 5, 30, 969])) for _ in range(int(rng.integers(1, 4)))]
     if not any(parts):
@@ -73,7 +127,7 @@ def oracle(megatron):
 def test_random_blends_and_splits_equal_megatron_core(oracle, tmp_path):
     builder_cls, config_cls = oracle
     rng = np.random.default_rng(11)
-    compared = splits_seen = 0
+    compared = splits_seen = refused = 0
     for case in range(200):
         folder = tmp_path / f"case{case}"
         prefixes = _write_prefixes(folder, rng, int(rng.integers(1, 5)))
@@ -106,10 +160,26 @@ def test_random_blends_and_splits_equal_megatron_core(oracle, tmp_path):
             built = {name: build_split(plan, files, seq_length=seq_length, seed=seed, add_extra_token=extra)
                      for name, plan in plans.items()}
         except ParameterError as error:
-            # Cases megatron-core cannot build (a split with a size but no tokens makes it loop
-            # forever) are refused by us with a message; they are not sent to the oracle.
-            assert "split" in str(error)
+            # Refused exactly where megatron-core fails: it loops forever on a mid-level dataset
+            # without tokens (decided from its own split and size functions, as it cannot be
+            # run), raises building the split or reading one of its rows (an assert on a blend
+            # weight of 0, an IndexError where a blend draws past a dataset...), or makes the
+            # refused split empty (no row to train on).
+            refused += 1
+            if not _their_endless_loop(prefixes, weights, split, per_split, sizes, seq_length, extra, surplus):
+                refused_split = SPLITS.index(str(error).split("'")[1]) if str(error).startswith("split '") else None
+                try:
+                    theirs = _theirs(builder_cls, config_cls, prefixes, weights, split, per_split, sizes, seq_length,
+                                     seed, extra, surplus, folder / "megatron")
+                    _read_every_row(theirs)
+                except ParameterError:
+                    raise
+                except Exception:  # noqa: BLE001 - megatron-core's own refusal, whatever its type
+                    continue
+                assert refused_split is not None and theirs[refused_split] is not None \
+                    and len(theirs[refused_split]) == 0, (case, "megatron-core builds what we refuse", str(error))
             continue
+        assert not _their_endless_loop(prefixes, weights, split, per_split, sizes, seq_length, extra, surplus), case
         theirs = _theirs(builder_cls, config_cls, prefixes, weights, split, per_split, sizes, seq_length, seed,
                          extra, surplus, folder / "megatron")
         for index, name in enumerate(SPLITS):
@@ -119,6 +189,13 @@ def test_random_blends_and_splits_equal_megatron_core(oracle, tmp_path):
             ours = built[name]
             splits_seen += 1
             available = len(theirs[index])
+            # The rows Megatron-LM trains on: the size asked for of a weighted blend (megatron-core's
+            # BlendedDataset holds sum(ceil(size * w)), a few more) or of one dataset (its
+            # GPTDataset holds whole epochs); every row of megatron-core's unweighted blend
+            # (min(size, sum of the datasets' lengths)) or of a dataset without a size.
+            blended = hasattr(theirs[index], "dataset_index")
+            sized = sizes[index] is not None and (weighted or not blended)
+            assert ours.rows == (sizes[index] if sized else available), (case, name, ours.rows, available)
             assert ours.rows <= available, (case, name)
             check = np.unique(np.concatenate([np.arange(min(ours.rows, 25)),
                                               rng.integers(0, ours.rows, 25)])) if ours.rows else []
@@ -129,7 +206,7 @@ def test_random_blends_and_splits_equal_megatron_core(oracle, tmp_path):
                 if d is not None:
                     assert int(dataset_ids[k]) == d, (case, name, i)
                 compared += 1
-    assert splits_seen > 200 and compared > 5000
+    assert splits_seen > 200 and compared > 5000 and refused < 40
 
 
 def test_split_strings_parse_and_cut_as_megatron_core(megatron):
@@ -192,3 +269,38 @@ def test_a_blend_of_uint16_and_int32_files_keeps_every_token_id(tmp_path):
     assert tokens.dtype == np.int32 and set(dataset_id.tolist()) == {0, 1}
     assert set(np.unique(tokens[dataset_id == 1]).tolist()) == {70_000, 70_001, 70_002}
     assert set(np.unique(tokens[dataset_id == 0]).tolist()) == {1, 2, 3, 4, 5}
+
+
+@pytest.mark.megatron
+def test_the_default_surplus_is_megatron_cores(oracle, tmp_path):
+    """Neither side is given mid_level_dataset_surplus. Each prefix holds exactly 72 samples of
+    16 tokens a pass, and a 0.5/0.5 blend of 139 rows asks each for ceil(70 * (1 + surplus)):
+    71 (one epoch) at megatron-core's 0.005, 74 (two epochs, another shuffle) at 0.05, so any
+    other default changes rows."""
+    from datasets import load_dataset
+
+    import mmidx_builder  # noqa: F401  registers the builders
+
+    builder_cls, config_cls = oracle
+    rng = np.random.default_rng(5)
+    prefixes = []
+    for name in ("a", "b"):
+        cuts = np.sort(rng.choice(np.arange(1, 72 * 16 + 1), size=30, replace=False))
+        lengths = np.diff(np.concatenate([[0], cuts, [72 * 16 + 1]]))  # 1,153 tokens: 72 samples of 16 (+1)
+        prefixes.append(write_documents(tmp_path / f"{name}_text_document",
+                                        [rng.integers(1, 60_000, n) for n in lengths], dtype=np.uint16))
+    kwargs = dict(data_path=["0.5", prefixes[0], "0.5", prefixes[1]], split_ratios="100,0,0",
+                  num_samples={"train": 139, "validation": 0, "test": 0}, seq_length=16, seed=1234)
+    ours = load_dataset("mmidx", **kwargs, cache_dir=str(tmp_path / "hf"), split="train").with_format("numpy")
+    config = config_cls(blend=(prefixes, [0.5, 0.5]), split="100,0,0", random_seed=1234, sequence_length=16,
+                        tokenizer=MegatronTokenizer(), path_to_cache=str(tmp_path / "megatron"),
+                        reset_position_ids=False, reset_attention_mask=False, eod_mask_loss=False)
+    theirs = builder_cls(__import__("megatron.core.datasets.gpt_dataset", fromlist=["GPTDataset"]).GPTDataset,
+                         [139, 0, 0], lambda: True, config).build()[0]
+    assert len(ours) == 139
+    expected = np.array([_their_sample(theirs, i)[0] for i in range(139)])
+    np.testing.assert_array_equal(np.asarray(ours["input_ids"]), expected)
+    # The case tells the defaults apart: 0.05 changes rows here.
+    other = load_dataset("mmidx", **kwargs, mid_level_dataset_surplus=0.05, cache_dir=str(tmp_path / "hf2"),
+                         split="train").with_format("numpy")
+    assert (np.asarray(other["input_ids"]) != expected).any(axis=1).sum() > 10

@@ -19,14 +19,15 @@ import datasets
 import pyarrow as pa
 
 from ..sources import provenance
-from ..storage.files import file_identity
+from ..storage.files import file_identity, free_bytes, out_of_room
 from ..checks import check_bool, check_int
-from ..errors import ParameterError
+from ..errors import OutOfSpaceError, ParameterError
 from ..storage.remote import RemoteAccess
 from . import registry
 from .card_checksums import verify_against_card
 from .data_files import identity_paths, split_files
 from .plans import OpenedSplit, Plan, opened_split
+from .prepared_size import STREAMING_HINT, check_room
 from .registry import record_checksums
 from .tables import ROWS_PER_TABLE, joined_batches, one_ahead, shard_ranges, table_rows
 
@@ -114,7 +115,19 @@ class BaseBuilder(datasets.ArrowBasedBuilder):
     def download_and_prepare(self, *args, verification_mode=None, **kwargs):
         mode = datasets.VerificationMode(verification_mode or datasets.VerificationMode.BASIC_CHECKS)
         record_checksums(self, mode == datasets.VerificationMode.ALL_CHECKS)
-        return super().download_and_prepare(*args, verification_mode=verification_mode, **kwargs)
+        self._arrow_bytes = None
+        try:
+            return super().download_and_prepare(*args, verification_mode=verification_mode, **kwargs)
+        except OutOfSpaceError:
+            raise
+        except Exception as error:
+            # datasets says "An error occurred while generating the dataset" and removes its
+            # incomplete folder; the lack of space is in the chain, said here as it is.
+            if out_of_room(error) is None:
+                raise
+            folder = self._output_dir
+            raise OutOfSpaceError(folder, self._arrow_bytes, free_bytes(folder), "the Arrow cache",
+                                  hint=STREAMING_HINT) from error
 
     def _info(self):
         return datasets.DatasetInfo(features=self.config.features)
@@ -165,7 +178,7 @@ class BaseBuilder(datasets.ArrowBasedBuilder):
         plans = self._plans(dl_manager)
         # all_checks: the card's sha256 of every file downloaded, before any is opened.
         verify_against_card(dl_manager, self.base_path)
-        generators, features = [], []
+        generators, features, rows = [], [], 0
         for plan in plans:
             opened = opened_split(type(self).open_plan, plan, self._remote())
             provenance.record_split(self.info, plan.split, kind=self.name, files=plan.files, rows=opened.num_rows,
@@ -173,8 +186,11 @@ class BaseBuilder(datasets.ArrowBasedBuilder):
                                     sources=opened.sources,
                                     facts=self._token_facts(plan, dl_manager))
             features.append(opened.features)
+            rows += opened.num_rows
             generators.append(self._split_generator(plan.split, plan, opened.num_rows, f"{len(plan.files)} file(s)"))
         self._set_features(features)
+        if not isinstance(dl_manager, datasets.StreamingDownloadManager):  # an Arrow cache is about to be written
+            self._arrow_bytes = check_room(self._output_dir, rows, self.info.features)
         return generators
 
     def _split_generator(self, split: str, plan, num_rows: int, what: str) -> datasets.SplitGenerator:

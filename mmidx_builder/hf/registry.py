@@ -43,6 +43,7 @@ has finished loading. tests/test_registry.py has one test per table entry.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib
@@ -50,6 +51,7 @@ import importlib.abc
 import importlib.util
 import os
 import sys
+import threading
 
 FRONT_DOOR = "mmidx"
 # The source kinds: one module each under mmidx_builder.hf (its file name is its builder's name),
@@ -90,9 +92,12 @@ INTERNALS = {
     "datasets.builder": ("DatasetBuilder._create_builder_config",),
     "datasets.load": ("PackagedDatasetModuleFactory.get_module", "LocalDatasetModuleFactory.get_module",
                       "HubDatasetModuleFactory.get_module", "infer_module_for_data_files", "DatasetModule",
-                      "configure_builder_class", "_PACKAGED_DATASETS_MODULES", "_EXTENSION_TO_MODULE"),
+                      "configure_builder_class", "_PACKAGED_DATASETS_MODULES", "_EXTENSION_TO_MODULE",
+                      "_MODULE_TO_EXTENSIONS"),
     # imported by datasets.load before its hook runs
-    "datasets.data_files": ("DataFilesDict", "sanitize_patterns"),
+    "datasets.data_files": ("DataFilesDict", "sanitize_patterns", "resolve_pattern", "is_relative_path", "xjoin",
+                            "_prepare_path_and_storage_options", "_is_inside_unrequested_special_dir",
+                            "_is_unrequested_hidden_file_or_is_inside_unrequested_hidden_dir"),
     "datasets.info": ("DatasetInfosDict.from_dataset_card_data",),
     "datasets.utils.metadata": ("MetadataConfigs.from_dataset_card_data",),
     "datasets.features": ("Features._from_yaml_list",),
@@ -361,16 +366,167 @@ def _hook_builder(builder) -> None:
     _settings_say_what_to_do(builder)
 
 
+# --- every file a listing matched is accounted for (hf/pair_listing.py) ----------------------
+
+_listings = threading.local()
+
+
+@contextlib.contextmanager
+def accounting():
+    """Within this block, every pattern datasets resolves also records the files it would
+    silently leave out (a ``.idx`` whose ``.bin`` is gone, a FIFO or a dangling link among
+    the data files): ``with accounting() as ledger: ...`` then ``ledger`` holds one error each."""
+    outer, outer_matched = getattr(_listings, "ledger", None), getattr(_listings, "matched", None)
+    ledger = []
+    _listings.ledger, _listings.matched = ledger, set()
+    try:
+        yield ledger
+    finally:
+        _listings.ledger, _listings.matched = outer, outer_matched
+
+
+def _listed(pattern: str, base_path: str, allowed_extensions, download_config) -> dict:
+    """{path: kind} of every entry ``pattern`` (and its ``.idx`` partner pattern) matches,
+    whatever its type, minus the hidden and special files datasets never reads; the path
+    spelled as datasets' resolve_pattern spells its matches."""
+    from datasets import data_files as df
+    from fsspec.core import url_to_fs
+
+    from .pair_listing import entry_kind, named_like_data, partner_pattern
+
+    if df.is_relative_path(pattern):
+        pattern = df.xjoin(base_path, pattern)
+    pattern, storage_options = df._prepare_path_and_storage_options(pattern, download_config=download_config)
+    if "::" in pattern:  # compressed or archived members: datasets' own business
+        return {}
+    fs, fs_pattern = url_to_fs(pattern, **storage_options)
+    protocol = pattern.split("://")[0] if "://" in pattern else (fs.protocol if isinstance(fs.protocol, str)
+                                                                 else fs.protocol[0])
+    prefix = protocol + "://" if protocol != "file" else ""
+    glob_kwargs = {"expand_info": False} if protocol == "hf" else {}
+    entries = {}
+    for each in filter(None, (fs_pattern, partner_pattern(fs_pattern))):
+        for path, info in fs.glob(each, detail=True, **glob_kwargs).items():
+            if (df._is_inside_unrequested_special_dir(path, fs_pattern)
+                    or df._is_unrequested_hidden_file_or_is_inside_unrequested_hidden_dir(path, fs_pattern)):
+                continue
+            full = path if "://" in path else prefix + path
+            if info.get("type") == "directory" and not named_like_data(full, fs_pattern):
+                continue
+            entries[full] = entry_kind(full, info.get("type", "file"), bool(info.get("islink")))
+    return entries
+
+
+def _account_for_every_listed_file(data_files) -> None:
+    """datasets.data_files.resolve_pattern, which every folder, pattern and Hub repo goes
+    through, keeps only regular files; inside :func:`accounting`, what it drops is recorded."""
+    check_internals("datasets.data_files")
+    resolve = data_files.resolve_pattern
+    if getattr(resolve, "_mmidx", False):
+        return
+
+    def resolve_pattern(pattern, base_path, allowed_extensions=None, download_config=None):
+        ledger = getattr(_listings, "ledger", None)
+        try:
+            matched = resolve(pattern, base_path, allowed_extensions=allowed_extensions,
+                              download_config=download_config)
+            if ledger is not None:
+                _listings.matched.update(matched)  # a set: datasets probes a folder with overlapping patterns
+            return matched
+        finally:
+            if ledger is not None:
+                from .pair_listing import problems
+
+                def is_data_file(path, allowed=allowed_extensions):
+                    return allowed is None or any("." + s in allowed for s in os.path.basename(path).split(".")[1:])
+
+                ledger.extend(problems(_listed(pattern, base_path, allowed_extensions, download_config), is_data_file))
+
+    resolve_pattern._mmidx = True
+    data_files.resolve_pattern = resolve_pattern
+
+
+def _ours(module) -> bool:
+    return getattr(module, "module_path", "").startswith(__package__ + ".")
+
+
+def _no_shard_left_out(load) -> None:
+    """The module factories that list files (a folder, data_files patterns, a Hub repo) run
+    inside :func:`accounting`; when the module they pick is ours, a file they left out is an
+    error naming it. A folder picked for another format (its FIFOs or .idx files are that
+    format's business) keeps datasets' behaviour; so does our name given no files."""
+    from ..errors import FormatError
+    from .pair_listing import PAIR_SUFFIXES, one_error
+
+    for name in ("LocalDatasetModuleFactory", "PackagedDatasetModuleFactory", "HubDatasetModuleFactory",
+                 "HubBucketDatasetModuleFactory"):
+        factory = getattr(load, name, None)
+        if factory is None or getattr(factory.get_module, "_mmidx_listing", False):
+            continue
+        packaged = name == "PackagedDatasetModuleFactory"
+
+        def get_module(self, _original=factory.get_module, _packaged=packaged):
+            with accounting() as ledger:
+                try:
+                    module = _original(self)
+                    matched = len(_listings.matched)
+                except (FileNotFoundError, FormatError) as error:
+                    pairs = [e for e in ledger if e.path.endswith(PAIR_SUFFIXES)]
+                    if pairs and not isinstance(error, FormatError):  # all the pattern matched was broken
+                        raise one_error(pairs) from error
+                    raise
+            if not _ours(module):
+                return module
+            from .card_bounds import too_many_files
+
+            too_many = too_many_files(matched)
+            if too_many is not None:
+                raise too_many
+            extensions = () if _packaged else (*PAIR_SUFFIXES, *load._MODULE_TO_EXTENSIONS.get(FRONT_DOOR, ()))
+            error = one_error(e for e in ledger if _packaged or e.path.endswith(tuple(extensions)))
+            if error is not None:
+                raise error
+            return module
+
+        get_module._mmidx_listing = True
+        factory.get_module = get_module
+
+
+def _bounded_cards() -> None:
+    """Inside our module factories (:func:`accounting` is active there), a README is checked
+    against the bounds of hf/card_bounds.py before huggingface_hub parses it."""
+    from huggingface_hub import DatasetCard
+
+    load = DatasetCard.load.__func__
+    if getattr(load, "_mmidx", False):
+        return
+
+    def bounded(cls, repo_id_or_path, *args, _load=load, **kwargs):
+        path = os.fspath(repo_id_or_path) if isinstance(repo_id_or_path, (str, os.PathLike)) else None
+        if getattr(_listings, "ledger", None) is not None and path and os.path.isfile(path):
+            from .card_bounds import check_front_matter
+
+            with open(path, encoding="utf-8-sig", newline="", errors="replace") as f:
+                check_front_matter(f.read(), path)
+        return _load(cls, repo_id_or_path, *args, **kwargs)
+
+    bounded._mmidx = True
+    DatasetCard.load = classmethod(bounded)
+
+
 def _hook_load(load) -> None:
     check_internals("datasets.load", "datasets.data_files", "datasets.info", "datasets.utils.metadata",
                     "datasets.features", "datasets.utils.file_utils")
+    _bounded_cards()
     _no_folder_scan_for_our_names(load)
     _pairs_make_a_folder_ours(load)
     _typed_card_errors(load)
+    _no_shard_left_out(load)
 
 
 # module imported by datasets -> what to do right after it has run
-_ON_IMPORT = {"datasets.packaged_modules": register, "datasets.builder": _hook_builder, "datasets.load": _hook_load}
+_ON_IMPORT = {"datasets.packaged_modules": register, "datasets.builder": _hook_builder,
+              "datasets.data_files": _account_for_every_listed_file, "datasets.load": _hook_load}
 
 
 class _AfterImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):

@@ -39,7 +39,7 @@ import numpy as np
 from ..storage import array_cache
 from ..storage.files import temporary_path
 from ..checks import check_int, check_seed
-from ..errors import FormatError, ParameterError
+from ..errors import FormatError, OutOfSpaceError, ParameterError
 from ..progress import Steps
 
 __all__ = [
@@ -412,7 +412,10 @@ def save_indices(indices: SamplingIndices, directory: str | os.PathLike) -> list
         paths["meta"] = os.path.join(staging, "meta.json")
         try:
             _save_cached(paths, indices)
-        except OSError as error:  # numpy says only "1200 requested and 992 written"
+        except OutOfSpaceError as error:  # numpy says only "1200 requested and 992 written"
+            raise OutOfSpaceError(directory, error.needed, error.free, "the sampling indices (none was written)"
+                                  ) from error
+        except OSError as error:
             raise OSError(error.errno, f"cannot write the sampling indices into {directory}, none was written "
                                        f"({error.strerror or error})") from error
         names = sorted(os.listdir(staging))

@@ -144,21 +144,28 @@ def find_splits(directory: str | os.PathLike) -> dict[str, list[str]]:
     from datasets.data_files import DataFilesList, get_data_patterns
     from datasets.exceptions import DataFilesNotFoundError
 
+    from ..hf.pair_listing import PAIR_SUFFIXES, one_error
+    from ..hf.registry import accounting
+
     base = os.path.abspath(directory)
-    try:
-        patterns = get_data_patterns(base)
-    except (DataFilesNotFoundError, FileNotFoundError):
-        patterns = {}
     splits = {}
-    for split, split_patterns in patterns.items():
+    with accounting() as left_out:  # a pair whose .bin is gone is named, not skipped (hf/pair_listing.py)
         try:
-            files = DataFilesList.from_patterns(split_patterns, base_path=base, allowed_extensions=[".bin"])
-        except FileNotFoundError:
-            continue  # this split's files are not .bin files (e.g. a test.jsonl beside the data)
-        # datasets' extension filter also passes "x.bin.tmp-123" (it checks every suffix).
-        names = sorted(Path(f).relative_to(base).as_posix() for f in files if str(f).endswith(".bin"))
-        if names:
-            splits[str(split)] = names
+            patterns = get_data_patterns(base)
+        except (DataFilesNotFoundError, FileNotFoundError):
+            patterns = {}
+        for split, split_patterns in patterns.items():
+            try:
+                files = DataFilesList.from_patterns(split_patterns, base_path=base, allowed_extensions=[".bin"])
+            except FileNotFoundError:
+                continue  # this split's files are not .bin files (e.g. a test.jsonl beside the data)
+            # datasets' extension filter also passes "x.bin.tmp-123" (it checks every suffix).
+            names = sorted(Path(f).relative_to(base).as_posix() for f in files if str(f).endswith(".bin"))
+            if names:
+                splits[str(split)] = names
+    missing = one_error(e for e in left_out if e.path.endswith(PAIR_SUFFIXES))
+    if missing is not None:
+        raise missing
     if not splits:
         raise ParameterError(f"{base}: no .bin files found; a card describes a folder of .bin/.idx pairs")
     _refuse_files_in_no_split(base, splits)
@@ -344,6 +351,8 @@ def _read_existing(readme: Path):
     from datasets.utils.metadata import MetadataConfigs
     from huggingface_hub import DatasetCard
 
+    from ..hf.card_bounds import check_front_matter
+
     if not readme.is_file():
         return None, None
     try:
@@ -351,6 +360,7 @@ def _read_existing(readme: Path):
     except UnicodeDecodeError as error:
         raise ParameterError(f"{readme}: not UTF-8 text (byte {error.start:,}); fix the file or move it away "
                              "and run again") from None
+    check_front_matter(text, str(readme))  # bounds first: size, nesting, configs (hf/card_bounds.py)
     try:
         data = DatasetCard(text, ignore_metadata_errors=True).data
         MetadataConfigs.from_dataset_card_data(data)  # the configs we merge ours into
@@ -362,6 +372,33 @@ def _read_existing(readme: Path):
                              f"dataset card: {type(error).__name__}: {why}; fix it or move the file away and run "
                              "again") from None
     return text, data
+
+
+# The front matter fields render_card reads and keeps: their types (a list may be one string).
+_FIELD_TYPES = {"license": "a string or a list of strings", "pretty_name": "a string",
+                "task_categories": "a string or a list of strings", "tags": "a string or a list of strings"}
+
+
+def _check_fields_we_read(data, readme: Path) -> None:
+    """Each field the card keeps from an existing README is of the type it must have (``tags:
+    7`` was a TypeError), else a ParameterError naming the README, the field and what is there."""
+    info = data.get("dataset_info")
+    if isinstance(info, list) and not all(isinstance(e, dict) and isinstance(e.get("config_name"), str)
+                                          for e in info):
+        # datasets merges ours into a list of infos by their config_name (DatasetInfosDict.to_dataset_card_data)
+        raise ParameterError(f"{readme}: the front matter field 'dataset_info': expected a mapping or a list of "
+                             "mappings each with a config_name, found a list with an entry without one; fix it or "
+                             "move the file away and run again")
+    for field, expected in _FIELD_TYPES.items():
+        value = data.get(field)
+        if value is None or isinstance(value, str):
+            continue
+        if "list" in expected and isinstance(value, list) and all(isinstance(v, str) for v in value):
+            continue
+        shown = repr(value)
+        raise ParameterError(f"{readme}: the front matter field {field!r}: expected {expected}, found "
+                             f"{type(value).__name__} {shown if len(shown) <= 60 else shown[:57] + '...'}; "
+                             "fix it or move the file away and run again")
 
 
 def _recorded_settings(readme: Path, body: str) -> dict:
@@ -426,11 +463,14 @@ def render_card(directory: str | os.PathLike, settings: CardSettings | None = No
 
     # Metadata: a person's choices first, then what we generate, through datasets' serialisers.
     data = existing_data if existing else DatasetCardData()
+    _check_fields_we_read(data, readme)
     data.license = settings.license or data.license or "other"
     if settings.pretty_name or not data.pretty_name:
         data.pretty_name = settings.pretty_name or directory.resolve().name
     data.task_categories = data.task_categories or ["text-generation"]
-    data.tags = list(dict.fromkeys((data.get("tags") or []) + ["mmidx", "megatron", "tokenized", "pretraining"]))
+    tags = data.get("tags") or []
+    tags = [tags] if isinstance(tags, str) else tags  # one tag may be written as a string
+    data.tags = list(dict.fromkeys(tags + ["mmidx", "megatron", "tokenized", "pretraining"]))
     data.size_categories = [size_category(sum(s.num_examples for s in splits))]
     # Patterns to datasets: a name with glob characters (glob[1]*?_text_document) is escaped to match itself.
     data_files = [{"split": s.name, "path": [glob.escape(p.bin_name) for p in s.pairs]} for s in splits]

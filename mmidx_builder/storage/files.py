@@ -14,6 +14,7 @@ import glob
 import hashlib
 import os
 import re
+import shutil
 import stat
 import uuid
 from typing import Callable, Iterator
@@ -104,6 +105,38 @@ def atomic_output(path: str | os.PathLike, mode: str = "wb") -> Iterator:
     except BaseException:
         remove_quietly(temporary)
         raise
+
+
+# What a write that ran out of room fails with: no space, a quota, a file-size limit.
+_NO_ROOM = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+_SHORT_WRITE = re.compile(r"\d+ requested and \d+ written")
+
+
+def out_of_room(error: BaseException | None) -> OSError | None:
+    """The OSError in ``error``'s chain (causes and contexts) that says a write ran out of
+    room, if any (datasets wraps it in its own "An error occurred while generating")."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, OSError) and (error.errno in _NO_ROOM or (
+                # numpy's tofile (np.save to a real file) drops the errno of a short write:
+                # "1200 requested and 992 written", which a disk without room is what gives.
+                error.errno is None and _SHORT_WRITE.fullmatch(str(error)))):
+            return error
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def free_bytes(path: str | os.PathLike) -> int | None:
+    """The bytes free to this user in the file system of ``path`` (or of its nearest existing
+    parent folder); None where that cannot be asked."""
+    folder = os.path.abspath(os.fspath(path))
+    while not os.path.exists(folder) and os.path.dirname(folder) != folder:
+        folder = os.path.dirname(folder)
+    try:
+        return shutil.disk_usage(folder).free
+    except OSError:
+        return None
 
 
 def write_atomically(path: str | os.PathLike, data: bytes | Callable) -> None:
@@ -269,6 +302,6 @@ def replaced_error(path: str, expected: str, found: str):
                             "open the dataset again to read the new data")
 
 
-__all__ = ["WriterLock", "atomic_output", "file_identity", "is_remote", "not_a_regular_file",
+__all__ = ["WriterLock", "atomic_output", "file_identity", "free_bytes", "is_remote", "not_a_regular_file", "out_of_room",
            "open_regular", "read_small_file", "remove_quietly", "remove_stale_temporaries", "replaced_error",
            "stat_identity", "temporary_path", "temporary_stem", "write_atomically"]

@@ -23,16 +23,18 @@ handed out: every array a caller gets is its own, so nothing read here can fault
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import mmap
 import os
 import threading
+import weakref
 
 import numpy as np
 
 from .files import open_regular, replaced_error, stat_identity
-from ..errors import FormatError
+from ..errors import FormatError, MMIdxError
 
 # The kernel's UIO_MAXIOV: runs per process_vm_readv call.
 _RUNS_PER_CALL = 1024
@@ -75,31 +77,64 @@ class MappedFile:
     def __init__(self, path: str | os.PathLike, expected_identity: str | None = None, random_access: bool = False):
         self.path = os.fspath(path)
         self.random_access = random_access
-        with open_regular(self.path) as f:  # a FIFO in a file's place would block a plain open
-            self._fd = os.dup(f.fileno())
+        self._fd, self._map, self._address, self._users = None, None, 0, 0
+        self._open(expected_identity)
+        _POOL.opened(self)
+
+    def _open(self, expected_identity: str | None, expected_size: int | None = None) -> None:
+        try:
+            with open_regular(self.path) as f:  # a FIFO in a file's place would block a plain open
+                self._fd = os.dup(f.fileno())
+        except OSError as error:
+            if error.errno in (errno.EMFILE, errno.ENFILE):
+                raise OpenFilesLimitError(self.path, error) from None
+            raise
         try:
             stat = os.fstat(self._fd)
             self.identity = stat_identity(self.path, stat)
             if expected_identity is not None and self.identity != expected_identity:
                 raise replaced_error(self.path, expected_identity, self.identity)
-            self.size = stat.st_size
+            size = stat.st_size
             self._map = None
             self._address = 0
-            if self.size and _READV is not None:
+            if size and _READV is not None:
                 try:
                     self._map = mmap.mmap(self._fd, 0, access=mmap.ACCESS_READ)
                 except ValueError:  # emptied since the fstat: mmap cannot map an empty file
                     self._map = None
                 # What was mapped is what the file holds for this opening (callers check sizes).
-                self.size = len(self._map) if self._map is not None else 0
+                size = len(self._map) if self._map is not None else 0
                 if self._map is not None:
                     self._address = np.frombuffer(self._map, np.uint8).ctypes.data
-                    if random_access and hasattr(mmap, "MADV_RANDOM"):
+                    if self.random_access and hasattr(mmap, "MADV_RANDOM"):
                         self._map.madvise(mmap.MADV_RANDOM)
+            if expected_size is not None and size < expected_size:  # reopened after a truncation
+                raise FormatError(self.path, "file size", f"{expected_size} bytes, as when it was opened", f"{size} bytes",
+                                  hint="the file was truncated while in use; reopen the dataset")
+            self.size = size if expected_size is None else expected_size
         except BaseException:
-            fd, self._fd = self._fd, None
-            os.close(fd)
+            self._close()
             raise
+
+    def _close(self, _close=os.close) -> None:
+        """Unmaps and closes (also at interpreter exit, when module globals may be gone)."""
+        mapped, self._map, self._address = self._map, None, 0
+        if mapped is not None:
+            try:
+                mapped.close()
+            except BufferError:  # a view of the map is still alive somewhere: the collector frees it
+                pass
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            _close(fd)
+
+    @property
+    def parked(self) -> bool:
+        """Closed by the pool of open files (see _OpenFiles); reopened at the next read."""
+        return self._fd is None
+
+    def _reopen(self) -> None:
+        self._open(self.identity, self.size)
 
     def __getstate__(self):
         return {"path": self.path, "identity": self.identity, "random_access": self.random_access}
@@ -108,14 +143,16 @@ class MappedFile:
         self.__init__(state["path"], state["identity"], state.get("random_access", False))
 
     def __del__(self):
-        fd = getattr(self, "_fd", None)
-        if fd is not None:
-            self._fd = None
-            os.close(fd)
+        # Runs at interpreter exit too, when os and this module's globals may already be None.
+        try:
+            self._close()
+        except Exception:  # noqa: BLE001 - nothing to report to at exit
+            pass
 
     def now(self) -> int:
         """The size the file has now (an ``fstat`` of the open file, not of the path)."""
-        return os.fstat(self._fd).st_size
+        with _POOL.using([self]):
+            return os.fstat(self._fd).st_size
 
     def read(self, offset: int, count: int, dtype) -> np.ndarray:
         """``count`` items of ``dtype`` from byte ``offset``: a new array."""
@@ -134,7 +171,122 @@ class MappedFile:
         return out
 
 
+class OpenFilesLimitError(MMIdxError, OSError):
+    """The process's limit of open files (``ulimit -n``) was reached opening a file."""
+
+    def __init__(self, path: str, error: OSError):
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        self.path = path
+        raise_it = (f"raise it (`ulimit -n {min(hard, max(4 * soft, 4096)):,}` in the shell that starts Python)"
+                    if hard == resource.RLIM_INFINITY or hard > soft else
+                    f"it is the hard limit too: ask for a higher one")
+        super().__init__(error.errno, f"{path}: cannot open: the process already has its limit of {soft:,} open "
+                                      f"files (ulimit -n); {raise_it}, or lower MMIDX_MAX_OPEN_FILES (now "
+                                      f"{_POOL.limit}), the files this package keeps open at once")
+
+    def __str__(self) -> str:
+        return self.strerror
+
+    def __reduce__(self):
+        return _limit_error, (self.path, self.errno)
+
+
+def _limit_error(path, code):
+    return OpenFilesLimitError(path, OSError(code, os.strerror(code)))
+
+
+class _OpenFiles:
+    """A bound on the files kept open: a blend of 1,000 prefixes holds 2,000 local files, each
+    a descriptor and a map, past the usual ``ulimit -n`` of 1,024. The least recently read
+    files past ``MMIDX_MAX_OPEN_FILES`` (default 128) are closed ("parked") and reopened by
+    name at their next read, the same file checked by its identity, a shorter one refused as
+    truncated. A file in the middle of a read is never parked (a read-ahead thread may hold
+    it), so a gather over more files than the bound holds them all until it is done."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.files = {}  # id -> weakref to the MappedFile, least recently used first
+        self.given = os.environ.get("MMIDX_MAX_OPEN_FILES")
+
+    @property
+    def limit(self) -> int:
+        """MMIDX_MAX_OPEN_FILES, else 128 files or an eighth of ``ulimit -n`` if that is less
+        (each file holds two descriptors: its own and its map's)."""
+        if self.given is not None:
+            return max(2, int(self.given))
+        try:
+            import resource
+
+            soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        except (ImportError, OSError, ValueError):
+            return 128
+        return 128 if soft == resource.RLIM_INFINITY else max(2, min(128, soft // 8))
+
+    @limit.setter
+    def limit(self, value: int) -> None:
+        self.given = str(value)
+
+    def opened(self, file: "MappedFile") -> None:
+        with self.lock:
+            self.files[id(file)] = weakref.ref(file, lambda _, key=id(file): self.files.pop(key, None))
+            self._park_beyond_limit()
+
+    def _park_beyond_limit(self) -> None:
+        excess = len(self.files) - self.limit
+        if excess <= 0:
+            return
+        for key, ref in list(self.files.items()):
+            file = ref()
+            if file is None:
+                self.files.pop(key, None)
+            elif file._users == 0 and not file.parked:
+                file._close()
+                self.files.pop(key, None)
+                excess -= 1
+            if excess <= 0:
+                return
+
+    @contextlib.contextmanager
+    def using(self, files):
+        with self.lock:
+            taken = []
+            try:
+                for file in files:
+                    if file.parked:
+                        file._reopen()
+                        self.files[id(file)] = weakref.ref(file, lambda _, key=id(file): self.files.pop(key, None))
+                    else:  # most recently used last
+                        self.files[id(file)] = self.files.pop(id(file), None) or weakref.ref(file)
+                    file._users += 1
+                    taken.append(file)
+                self._park_beyond_limit()
+            except BaseException:
+                for file in taken:
+                    file._users -= 1
+                raise
+        try:
+            yield
+        finally:
+            with self.lock:
+                for file in taken:
+                    file._users -= 1
+
+
+_POOL = _OpenFiles()
+
+
 def gather(files, which, starts, lengths, out: np.ndarray, at=None) -> None:
+    """:func:`_gather` with ``files`` open for its duration (see _OpenFiles)."""
+    if len(starts) == 0:
+        return
+    with _POOL.using(files if which is None or len(files) == 1 else
+                     [files[i] for i in np.unique(np.asarray(which, np.int64)).tolist()]):
+        _gather(files, which, starts, lengths, out, at)
+
+
+def _gather(files, which, starts, lengths, out: np.ndarray, at=None) -> None:
     """Copies byte run ``k`` (``lengths[k]`` bytes from byte ``starts[k]`` of
     ``files[which[k]]``, or of ``files[0]`` when ``which`` is None) into ``out`` (a
     C-contiguous, writable array): at byte ``at[k]`` of it, or when ``at`` is None one run
@@ -227,7 +379,8 @@ _disabled = threading.Event()  # set once process_vm_readv proved unusable here
 
 def _gather_mapped(files, which, starts, lengths, stops, out, at) -> bool:
     """The process_vm_readv path; False when it cannot be used (then nothing was read)."""
-    if _READV is None or _disabled.is_set() or any(f._map is None for f in files):
+    used = [files[0]] if which is None else [files[i] for i in np.unique(which).tolist()]
+    if _READV is None or _disabled.is_set() or any(f._map is None for f in used):
         return False
     count = len(starts)
     iovecs = np.empty((2, count, 2), np.uint64)  # struct iovec {base, length}: remote runs, then local
@@ -266,6 +419,8 @@ def _gather_mapped(files, which, starts, lengths, stops, out, at) -> bool:
     needed = np.zeros(len(files), np.int64)
     np.maximum.at(needed, which, stops)
     for i, f in enumerate(files):
+        if needed[i] == 0:  # not read here (and maybe parked)
+            continue
         now = f.now()
         if now < needed[i]:
             _raise_truncated(files, which, starts, lengths, int(np.flatnonzero((which == i) & (stops > now))[0]))
@@ -292,4 +447,4 @@ def _raise_truncated(files, which, starts, lengths, k: int):
                       hint="the file was truncated while in use; reopen the dataset")
 
 
-__all__ = ["MappedFile", "gather"]
+__all__ = ["MappedFile", "OpenFilesLimitError", "gather"]
