@@ -600,7 +600,7 @@ class OpeningRecord:
             return
         # The files just written from these very arrays: mapped without reading them back.
         indexed._lengths, indexed._block_starts, indexed._offsets = (
-            np.load(self.paths[name], mmap_mode="r", allow_pickle=False) for name in _RECORD_ARRAYS)
+            array_cache.map_npy(self.paths[name]) for name in _RECORD_ARRAYS)
         indexed.lengths_fingerprint = fields["fingerprint"]
 
 
