@@ -221,7 +221,7 @@ class GPTSamplesBuilder(BaseBuilder):
             rank, world_size, strategy = split
             warnings.warn(
                 f"split_dataset_by_node(rank={rank}, world_size={world_size}) gives this rank whole shards or every "
-                f"{world_size}-th sample of the stream (datasets' strategy {strategy!r}), not Megatron's per-rank "
+                f"{world_size}-th sample of the stream" + (f" (datasets' strategy {strategy!r})" if strategy else "") + ", not Megatron's per-rank "
                 "micro-batches (MegatronPretrainingSampler): for those pass the whole stream to megatron_rank_stream "
                 "(a loop of your own) or megatron_global_stream (accelerate, the Hugging Face Trainer)", stacklevel=2)
         yield from super()._generate_tables(plan, ranges)

@@ -640,7 +640,8 @@ def node_split_of_caller():
             distributed = getattr(owner, "_distributed", None)
             if distributed is None:
                 return None
-            return distributed.rank, distributed.world_size, distributed.strategy
+            # datasets before 5.0 keeps no strategy (it dealt whole shards, else every n-th row)
+            return distributed.rank, distributed.world_size, getattr(distributed, "strategy", None)
         frame = frame.f_back
     return None
 
