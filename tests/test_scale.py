@@ -18,7 +18,8 @@ import time
 import numpy as np
 import pytest
 
-from mmidx_builder import MMIdx, megatron_rank_stream
+import mmidx_builder
+from mmidx_builder import MMIdx  # megatron_rank_stream (torch) is looked up in the tests that have the torch fixture
 from mmidx_builder.sources.indexed import IndexedFile, IndexedFileWriter
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/smaps_rollup"), reason="Linux /proc needed")
@@ -175,14 +176,14 @@ def test_resume_at_a_late_sample_equals_the_full_pass_there(tmp_path, torch):
             w.add_document(rng.integers(0, 60000, int(rng.integers(1, 30))))
     stream = MMIdx(data_files={"train": [prefix + ".bin"]}, seq_length=5, seed=9,
                    cache_dir=str(tmp_path / "hf")).as_streaming_dataset("train")
-    full = _collect(megatron_rank_stream(stream, 1, 2, 3))
+    full = _collect(mmidx_builder.megatron_rank_stream(stream, 1, 2, 3))
     per_rank_batch = 3
     late = (len(full) // per_rank_batch - 7) * 2 * per_rank_batch  # 7 global batches before the end
-    resumed = _collect(megatron_rank_stream(stream, 1, 2, 3, consumed_samples=late))
+    resumed = _collect(mmidx_builder.megatron_rank_stream(stream, 1, 2, 3, consumed_samples=late))
     assert resumed == full[late // 2:]
     # From a saved state, deep into the pass.
-    state = megatron_rank_stream(stream, 1, 2, 3, consumed_samples=late).state_dict()
-    ranked = megatron_rank_stream(stream, 1, 2, 3)
+    state = mmidx_builder.megatron_rank_stream(stream, 1, 2, 3, consumed_samples=late).state_dict()
+    ranked = mmidx_builder.megatron_rank_stream(stream, 1, 2, 3)
     ranked.load_state_dict(state)
     assert _collect(ranked) == full[late // 2:]
 
@@ -204,7 +205,7 @@ def test_a_streams_first_row_gathers_one_micro_batch(tmp_path, monkeypatch, torc
         return real(source, indices, sample_ids)
 
     monkeypatch.setattr(gpt_samples, "pooled_samples", counting)
-    rows = iter(megatron_rank_stream(stream, 0, 2, 4))
+    rows = iter(mmidx_builder.megatron_rank_stream(stream, 0, 2, 4))
     next(rows)
     assert gathered == [4]
     for _ in range(4 + 8 * 4):
