@@ -174,6 +174,29 @@ def test_truncating_a_bin_while_streaming_is_an_error_not_sigbus(tmp_path, rando
     assert "FormatError:" in result.stdout and "truncated" in result.stdout
 
 
+def test_a_thread_still_reading_an_index_cache_map_at_exit_does_not_crash_the_exit(tmp_path):
+    # The truncation test above died with SIGSEGV after printing its error, one run in six:
+    # the stream's read-ahead thread was still reading the sample index when the interpreter's
+    # exit unmapped it. Here a daemon thread reads such a map for as long as the process lives.
+    path = tmp_path / "sample_index.npy"
+    np.save(path, np.arange(1 << 22, dtype=np.int64))
+    code = textwrap.dedent(f"""
+        import threading
+        from mmidx_builder.storage.array_cache import map_npy
+        array = map_npy({str(path)!r})
+        reading = threading.Event()
+        def read():
+            reading.set()
+            while True:
+                int(array.sum())
+        threading.Thread(target=read, daemon=True).start()
+        reading.wait()
+        """)
+    for _ in range(5):
+        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, (result.returncode, result.stderr[-2000:])
+
+
 def test_an_empty_glob_says_no_file_matched_and_which_pattern(tmp_path):
     pattern = str(tmp_path / "nowhere" / "*.bin")
     with pytest.raises(ParameterError, match=r"data_files\['train'\]: no file matched .*nowhere/\*\.bin"):

@@ -236,7 +236,10 @@ def map_npy(path: str) -> np.ndarray:
             code = ctypes.get_errno()
             raise OSError(code, f"mmap {path}: {os.strerror(code)}")
     buffer = (ctypes.c_char * size).from_address(address)
-    weakref.finalize(buffer, unmapper, address, size)
+    # Not at interpreter exit: a daemon thread (a read-ahead still making a table) may be
+    # reading the map while the interpreter finalizes, and an unmapped page is SIGSEGV. The
+    # process's end unmaps it anyway.
+    weakref.finalize(buffer, unmapper, address, size).atexit = False
     array = np.frombuffer(buffer, dtype=dtype, count=count, offset=offset).reshape(shape, order="F" if fortran else "C")
     array.flags.writeable = False
     mapped = array.view(np.memmap)  # what np.load(mmap_mode="r") returns: callers tell a cache hit by it
