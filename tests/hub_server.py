@@ -702,3 +702,22 @@ def isolate_hf_home(monkeypatch, folder) -> None:
     # A token stored on this machine by `hf auth login` must not stand in for the test's own.
     monkeypatch.setattr(constants, "HF_TOKEN_PATH", os.path.join(folder, "token"))
     monkeypatch.setattr(constants, "HF_STORED_TOKENS_PATH", os.path.join(folder, "stored_tokens"))
+
+
+@contextlib.contextmanager
+def hub_for_clients(home, token: str | None = None):
+    """A running LocalHub that huggingface_hub and datasets talk to, for a test module's
+    fixture: HF_HOME in ``home``, ``token`` as HF_TOKEN when given, nothing but loopback
+    reachable. Leaving it checks that no other host was tried (datasets' viewer lookup aside)
+    and that the server's handlers raised nothing."""
+    import pytest
+
+    with pytest.MonkeyPatch.context() as mp, LocalHub(token=token) as server:
+        if token is not None:
+            mp.setenv("HF_TOKEN", token)
+        isolate_hf_home(mp, home)
+        point_clients_at(mp, server.url)
+        server.refused = loopback_only(mp)
+        yield server
+        assert set(server.refused) <= {"datasets-server.127.0.0.1"}, server.refused
+        assert server.errors == [], server.errors[0]

@@ -207,14 +207,10 @@ def test_a_card_in_a_symlinked_folder_of_symlinked_files_loads(world, tmp_path):
 
 @pytest.fixture(scope="module")
 def local_hub(tmp_path_factory):
-    from hub_server import LocalHub, isolate_hf_home, loopback_only, point_clients_at
+    from hub_server import hub_for_clients
 
-    with pytest.MonkeyPatch.context() as mp, LocalHub() as server:
-        isolate_hf_home(mp, tmp_path_factory.mktemp("hf_home"))
-        point_clients_at(mp, server.url)
-        server.refused = loopback_only(mp)
+    with hub_for_clients(tmp_path_factory.mktemp("hf_home")) as server:
         yield server
-        assert server.errors == [], server.errors[0]
 
 
 def _repo_files(tmp_path, card: str, **extra: bytes) -> dict[str, bytes]:

@@ -28,7 +28,7 @@ from mmidx_builder.publishing import hub
 from mmidx_builder.publishing.card import CardSettings, write_card
 from mmidx_builder.hf.card_checksums import card_sha256
 
-from hub_server import LocalHub, isolate_hf_home, loopback_only, point_clients_at
+from hub_server import hub_for_clients
 from range_server import require_remote_extra
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -97,15 +97,8 @@ def upload_with_script(folder: Path, repo_id: str, *args: str) -> None:
 @pytest.fixture(scope="module")
 def local_hub(tmp_path_factory):
     """The local Hub, with huggingface_hub and datasets pointed at it for this module."""
-    home = tmp_path_factory.mktemp("hf_home")
-    with pytest.MonkeyPatch.context() as mp, LocalHub(token=TOKEN) as server:
-        mp.setenv("HF_TOKEN", TOKEN)
-        isolate_hf_home(mp, home)
-        point_clients_at(mp, server.url)
-        server.refused = loopback_only(mp)
+    with hub_for_clients(tmp_path_factory.mktemp("hf_home"), token=TOKEN) as server:
         yield server
-        assert set(server.refused) <= {"datasets-server.127.0.0.1"}, server.refused
-        assert server.errors == [], server.errors[0]
 
 
 @pytest.fixture(scope="module")

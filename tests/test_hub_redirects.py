@@ -17,7 +17,7 @@ from datasets import load_dataset
 import mmidx_builder  # noqa: F401  (registers the builder)
 from mmidx_builder import write_documents
 
-from hub_server import LocalHub, isolate_hf_home, loopback_only, point_clients_at
+from hub_server import hub_for_clients
 from test_hub_download import DEADLINE, within
 from test_remote import http_client  # noqa: F401 (autouse: libcurl and aiohttp)
 
@@ -27,15 +27,8 @@ SEQ = 128
 
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory):
-    home = tmp_path_factory.mktemp("hf_home")
-    with pytest.MonkeyPatch.context() as mp, LocalHub(token=TOKEN) as server:
-        mp.setenv("HF_TOKEN", TOKEN)
-        isolate_hf_home(mp, home)
-        point_clients_at(mp, server.url)
-        server.refused = loopback_only(mp)
+    with hub_for_clients(tmp_path_factory.mktemp("hf_home"), token=TOKEN) as server:
         yield server
-        assert set(server.refused) <= {"datasets-server.127.0.0.1"}, server.refused
-        assert server.errors == [], server.errors[0]
 
 
 @pytest.fixture(scope="module")

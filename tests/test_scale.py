@@ -188,15 +188,17 @@ def test_resume_at_a_late_sample_equals_the_full_pass_there(tmp_path, torch):
     assert _collect(ranked) == full[late // 2:]
 
 
-def test_a_streams_first_row_gathers_one_micro_batch(tmp_path, monkeypatch, torch):
+def _counting_gathers(tmp_path, monkeypatch, documents: int, **settings):
+    """A builder over ``documents`` short documents, and the list to which each gather of its
+    samples appends how many samples it reads."""
     from mmidx_builder.hf import gpt_samples
 
     prefix = str(tmp_path / "c")
     with IndexedFileWriter(prefix, dtype=np.uint16) as w:
-        for n in range(1, 2000):
+        for n in range(1, documents):
             w.add_document(np.arange(n % 40 + 1))
-    stream = MMIdx(data_files={"train": [prefix + ".bin"]}, seq_length=5, seed=9,
-                   cache_dir=str(tmp_path / "hf")).as_streaming_dataset("train")
+    builder = MMIdx(data_files={"train": [prefix + ".bin"]}, seq_length=5, seed=9, cache_dir=str(tmp_path / "hf"),
+                    **settings)
     gathered = []
     real = gpt_samples.pooled_samples
 
@@ -205,6 +207,12 @@ def test_a_streams_first_row_gathers_one_micro_batch(tmp_path, monkeypatch, torc
         return real(source, indices, sample_ids)
 
     monkeypatch.setattr(gpt_samples, "pooled_samples", counting)
+    return builder, gathered
+
+
+def test_a_streams_first_row_gathers_one_micro_batch(tmp_path, monkeypatch, torch):
+    builder, gathered = _counting_gathers(tmp_path, monkeypatch, 2000)
+    stream = builder.as_streaming_dataset("train")
     rows = iter(mmidx_builder.megatron_rank_stream(stream, 0, 2, 4))
     next(rows)
     assert gathered == [4]
@@ -214,23 +222,8 @@ def test_a_streams_first_row_gathers_one_micro_batch(tmp_path, monkeypatch, torc
 
 
 def test_a_plain_streams_first_row_gathers_one_sample(tmp_path, monkeypatch):
-    from mmidx_builder.hf import gpt_samples
-
-    prefix = str(tmp_path / "c")
-    with IndexedFileWriter(prefix, dtype=np.uint16) as w:
-        for n in range(1, 3000):
-            w.add_document(np.arange(n % 40 + 1))
-    builder = MMIdx(data_files={"train": [prefix + ".bin"]}, seq_length=5, seed=9, num_shards=1,
-                    cache_dir=str(tmp_path / "hf"))
+    builder, gathered = _counting_gathers(tmp_path, monkeypatch, 3000, num_shards=1)
     stream = builder.as_streaming_dataset("train")
-    gathered = []
-    real = gpt_samples.pooled_samples
-
-    def counting(source, indices, sample_ids):
-        gathered.append(len(sample_ids))
-        return real(source, indices, sample_ids)
-
-    monkeypatch.setattr(gpt_samples, "pooled_samples", counting)
     rows = iter(stream)
     first = next(rows)
     assert gathered[0] == 1
