@@ -503,23 +503,25 @@ class _Handler(BaseHTTPRequestHandler):
             if start >= size and size:
                 return self._send(416, headers={"Content-Range": f"bytes */{size}"})
         etag = repo.etags[sha][name]
-        self.send_response(206 if ranged else 200)
-        for key, value in rate_headers.items():
-            self.send_header(key, value)
-        self.send_header("Accept-Ranges", "bytes")
-        self.send_header("ETag", f'"{etag}"')
-        self.send_header("X-Repo-Commit", sha)
-        self.send_header("Content-Type", "application/octet-stream")
-        if ranged:
-            self.send_header("Content-Range", f"bytes {start}-{stop - 1}/{size}")
-        self.send_header("Content-Length", str(stop - start))
-        self.end_headers()
+        self._send_file_head(start, stop, size, ranged, {**rate_headers, "ETag": f'"{etag}"', "X-Repo-Commit": sha})
         if head:
             return
         record = Download(path=f"{repo_id}/{revision}/{name}", name=name, start=start, stop=stop, size=size,
                           ranged=ranged)
         hub.downloads.append(record)
         self._send_body(data, start, stop, record)
+
+    def _send_file_head(self, start: int, stop: int, size: int, ranged: bool, headers: dict) -> None:
+        """The status line and headers of an answer with a file's bytes ``[start, stop)``."""
+        self.send_response(206 if ranged else 200)
+        for key, value in headers.items():
+            self.send_header(key, value)
+        self.send_header("Accept-Ranges", "bytes")
+        self.send_header("Content-Type", "application/octet-stream")
+        if ranged:
+            self.send_header("Content-Range", f"bytes {start}-{stop - 1}/{size}")
+        self.send_header("Content-Length", str(stop - start))
+        self.end_headers()
 
     def _send_body(self, data: bytes, start: int, stop: int, record: "Download") -> None:
         hub = self.server
@@ -611,14 +613,7 @@ class _CdnHandler(_Handler):
             record["status"] = 416
             return self._send(416, headers={"Content-Range": f"bytes */{size}"}, head=head)
         record["status"] = 206 if ranged else 200
-        self.send_response(record["status"])
-        self.send_header("Accept-Ranges", "bytes")
-        self.send_header("ETag", f'"{hub.cdn_etag(match.group(1), data)}"')
-        self.send_header("Content-Type", "application/octet-stream")
-        if ranged:
-            self.send_header("Content-Range", f"bytes {start}-{stop - 1}/{size}")
-        self.send_header("Content-Length", str(stop - start))
-        self.end_headers()
+        self._send_file_head(start, stop, size, ranged, {"ETag": f'"{hub.cdn_etag(match.group(1), data)}"'})
         if head:
             return
         name = next((n for r in hub.repos.values() for c in r.commits.values() for n, d in c.items() if d is data),
