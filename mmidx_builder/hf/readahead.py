@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import sys
 import threading
 from bisect import bisect_left
 from collections import OrderedDict
@@ -103,10 +104,11 @@ READ_AHEAD_THREADS = 8
 # READ_AHEAD_GROWTH times the bytes the pass has handed out (and never more than its bound).
 # What it holds when the consumer stops is fetched for nothing, so a pass of N samples fetches
 # at most (1 + G) N + START of samples' bytes (times the gaps plan_runs bridges), whatever N
-# is: 1.34x the bytes for 400 samples at seq_length 2048 on a 20 MB .bin, where the 1 MiB plus
-# twice what was handed out of before fetched 3.2x. The ramp is geometric (what is ahead is
-# what can be fetched per round trip): at 25 ms per request a stream reaches 1,000 rows ahead
-# after ~4,000. A new pass (a call at a shard at or before the last one) ramps again.
+# is: 1.2-1.4x the bytes for 400 samples at seq_length 2048 on a 20 MB .bin, where the
+# read-ahead of before (1 MiB plus twice what was handed out) fetched 3.2x. The ramp is
+# geometric (what is ahead is what can be fetched per round trip): a stream has 1,000 rows
+# ahead after reading ~4,000. A new pass (a call at a shard at or before the last one, or
+# a call that is not at a shard's start: a rank's own rows) ramps again.
 READ_AHEAD_START_BYTES = 64 << 10
 READ_AHEAD_GROWTH = 0.25
 # Rows made ahead are gathered together up to this many bytes of samples (a table is still
@@ -115,6 +117,12 @@ READ_AHEAD_GROWTH = 0.25
 # (remote.plan_runs). Measured on a 20 MB .bin at 25 ms per request: 3.2 requests per sample
 # with gathers of 1,000 rows (4 MB), ~0.2 with 8,000.
 GATHER_BYTES = 32 << 20
+
+
+def _in_dataloader_worker() -> bool:
+    """Whether this process is a torch DataLoader worker (asked only of a torch already imported)."""
+    data = sys.modules.get("torch.utils.data")
+    return data is not None and data.get_worker_info() is not None
 
 
 def _key(rows: np.ndarray):
@@ -331,15 +339,16 @@ class ReadAhead:
 
     def _gather_target(self, allowance: int) -> int:
         """Rows the next background gather should hold. A stream read alone plans gathers of half
-        what it may hold, so that one is fetched while the other is read. A walk with a stride
-        above 1 is one of several readers of the split (DataLoader workers, ranks) whose tables
-        the consumer takes in turn, so while it waits for a gather the others' tables are taken:
-        it plans one gather of all it may hold. A worker reads a quarter of the rows (of 4), so
-        its gathers are sparser in the file than one reader's, fewer gaps are small enough to
-        bridge and more pieces are a request each; a whole gather is twice as dense as a half.
-        Measured on a 20 MB .bin: 4 workers sent 1.11x the requests of 0 for the same samples
-        with half gathers, 1.06x with whole ones."""
-        share = allowance if self._stride > 1 else allowance // 2
+        what it may hold, so that one is fetched while the other is read. A DataLoader worker
+        walking every n-th shard plans one gather of all it may hold: it reads a quarter of the
+        rows (of 4 workers), so its gathers are sparser in the file than one reader's, fewer
+        gaps are small enough to bridge and more pieces are a request each, and a whole gather
+        is twice as dense as a half. Measured on a 20 MB .bin: 4 workers sent 1.11x the
+        requests of 0 for the same samples with half gathers, 1.06x with whole ones. It then
+        waits for each gather once the one before is read (a few dozen gathers a pass, as the
+        ramp grows), while the DataLoader takes the other workers' tables."""
+        whole = self._stride > 1 and _in_dataloader_worker()
+        share = allowance if whole else allowance // 2
         return min(self._gather_rows(), share // max(1, self._row_bytes))
 
     def _gather_rows(self) -> int:
