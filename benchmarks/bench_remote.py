@@ -27,6 +27,10 @@ Columns:
   CPU us/request     the row's process CPU time (all threads, from load_dataset on) per GET:
                      what bounds a stream of many small ranges (one interpreter's GIL)
 Extra rows: ``+cache`` streams through ``remote_cache_dir`` (passes 2-3 read local blocks);
+``passes of 400 samples`` (``--short-pass``) stops each pass early, so what the read-ahead
+fetched past the stop counts in the bytes; ``DataLoader, n workers`` (``--workers``) reads
+whole passes through ``torch.utils.data.DataLoader`` with 0 and n workers (requests for the
+same samples: each worker reads every n-th shard and plans its own gathers);
 ``megatron _S3BinReader`` reads the same samples' pieces through megatron-core's S3 reader
 (boto3, ``bin_chunk_nbytes`` 256 MiB as its default) on the same moto server.
 
@@ -125,6 +129,30 @@ def run_row(spec: dict) -> dict:
             "cpu_seconds": time.process_time() - cpu_started}
 
 
+def run_loader(spec: dict) -> dict:
+    """Whole passes through a torch DataLoader with ``spec["workers"]`` workers: cold (from
+    load_dataset on), then again with the files open. The read-ahead peak is this process's
+    (0 with workers: theirs is in their processes)."""
+    import torch
+    from datasets import load_dataset
+
+    import mmidx_builder  # noqa: F401
+
+    started, cpu_started = time.perf_counter(), time.process_time()
+    stream = load_dataset("mmidx", data_files={"train": spec["url"]}, seq_length=SEQ, split="train", streaming=True,
+                          cache_dir=spec["hf_cache"])
+    passes = {}
+    for name in ("cold", "rows"):
+        begin, first, count = time.perf_counter(), None, 0
+        for _ in torch.utils.data.DataLoader(stream, batch_size=None, num_workers=spec["workers"]):
+            first = first or time.perf_counter()
+            count += 1
+        passes[name] = {"first": first - (started if name == "cold" else begin),
+                        "rate": count / (time.perf_counter() - begin), "samples": count}
+    return {"passes": passes, "peak_mb": _own_peak_mb(), "read_ahead_mb": _read_ahead_peak_mb(),
+            "cpu_seconds": time.process_time() - cpu_started}
+
+
 def run_megatron(spec: dict) -> dict:
     """megatron-core's IndexedDataset on S3 reading the pieces of the same samples, in order."""
     from megatron.core.datasets.indexed_dataset import IndexedDataset
@@ -163,6 +191,50 @@ def in_subprocess(spec: dict, env: dict | None = None) -> dict:
     return result
 
 
+# --- rows of their own: a short pass, DataLoader workers ------------------------------------------
+
+def short_pass_rows(args, folder: str, spec) -> list:
+    """The asyncio server's rows with passes that stop after ``--short-pass`` samples: what the
+    read-ahead had fetched for rows after the stop counts in the bytes column."""
+    from async_range_server import AsyncRangeServer
+
+    rows = []
+    with AsyncRangeServer(folder) as server:
+        for latency in (float(x) for x in args.latencies.split(",")):
+            server.configure(latency=latency / 1000, bandwidth=args.bandwidth)
+            result = in_subprocess(spec(server.url + "/corpus.bin", args.short_pass, hf_cache=tempfile.mkdtemp()))
+            got = server.stats()
+            rows.append((f"http (asyncio server), passes of {args.short_pass} samples", latency, result,
+                         got["requests"].get("corpus.bin"), got["sent"].get("corpus.bin"), args.short_pass))
+    return rows
+
+
+def loader_rows(args, folder: str, spec) -> list:
+    """Whole passes through a DataLoader with 0 and ``--workers`` workers, at 25 ms."""
+    from async_range_server import AsyncRangeServer
+
+    rows = []
+    with AsyncRangeServer(folder) as server:
+        for workers in (0, args.workers):
+            server.configure(latency=0.025, bandwidth=args.bandwidth)
+            result = in_subprocess(spec(server.url + "/corpus.bin", 0, workers=workers, hf_cache=tempfile.mkdtemp()))
+            got = server.stats()
+            rows.append((f"http (asyncio server), DataLoader, {workers} workers", 25.0, result,
+                         got["requests"].get("corpus.bin"), got["sent"].get("corpus.bin"), 0))
+    return rows
+
+
+def loader_note(rows) -> str:
+    """The requests of n workers over 0 workers' for the same samples, from loader_rows."""
+    per_sample = {name: requests / sum(p["samples"] for p in result["passes"].values())
+                  for name, _, result, requests, _, _ in rows
+                  if "DataLoader" in name and requests and "error" not in result}
+    if len(per_sample) != 2:
+        return ""
+    none, some = per_sample.values()
+    return f"DataLoader: requests per sample with workers over without: {some / none:.3f}"
+
+
 # --- the table -----------------------------------------------------------------------------------
 
 def main() -> None:
@@ -180,11 +252,16 @@ def main() -> None:
     parser.add_argument("--http-clients", default="auto",
                         help="aio rows per HTTP client: auto (libcurl when pycurl is installed, as a user gets it),"
                              " aiohttp (fetching.HTTP_CLIENT), or both: auto,aiohttp")
+    parser.add_argument("--short-pass", type=int, default=400,
+                        help="rows for passes of this many samples on the asyncio server (0: none)")
+    parser.add_argument("--workers", type=int, default=4,
+                        help="rows for whole passes through a DataLoader with 0 and this many workers (0: none)")
     parser.add_argument("--row", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.row:
         spec = json.loads(args.row)
-        result = run_megatron(spec) if spec.get("megatron") else run_row(spec)
+        result = (run_megatron(spec) if spec.get("megatron") else run_loader(spec) if "workers" in spec
+                  else run_row(spec))
         print(json.dumps(result))
         return
 
@@ -223,6 +300,11 @@ def main() -> None:
             got = server.stats()
             rows.append(("http (asyncio) +cache", 25.0, result, got["requests"].get("corpus.bin"),
                          got["sent"].get("corpus.bin"), args.samples))
+
+    if "aio" in backends and args.short_pass:
+        rows += short_pass_rows(args, folder, spec)
+    if "aio" in backends and args.workers:
+        rows += loader_rows(args, folder, spec)
 
     if "http" in backends:
         with RangeServer(folder, bandwidth=args.bandwidth) as server:
@@ -332,6 +414,9 @@ def main() -> None:
           " requests and bytes: all passes, per sample streamed (a +cache row's: pass 1's, the later passes read"
           " local blocks). peak MB: the row's process peak RSS; read-ahead peak: the most its tables held at once."
           " CPU us/request: the row's process CPU time from load_dataset on (all threads) per GET.")
+
+    if loader_note(rows):
+        print("\n" + loader_note(rows))
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from datasets import load_dataset
 from mmidx_builder.megatron import sampling
 from mmidx_builder.sources.indexed import IndexedFile
 from mmidx_builder.hf.tables import joined_batches, shard_ranges
+from mmidx_builder.hf import readahead
 from mmidx_builder.hf.readahead import ReadAhead, ShardReadAhead
 
 
@@ -151,7 +152,39 @@ def test_stream_and_cache_of_small_shards_equal_the_samples(small_shards, tmp_pa
     assert prepared.info.splits["train"].original_shard_lengths == [b - a for a, b in shard_ranges(len(expected), 960)]
 
 
-def test_leaving_a_remote_stream_drops_the_tables_it_would_have_read_next():
+class SampleMaker(CountingMaker):
+    """Tables of 4,098-byte rows, a sample of 2,049 uint16 tokens (seq_length 2048)."""
+
+    def __call__(self, rows):
+        self.calls.append(np.array(rows))
+        return pa.table({"input_ids": pa.array([b"x" * 4098] * len(rows), pa.binary(4098))})
+
+
+def test_a_pass_that_stops_has_made_little_more_than_it_read_and_a_new_pass_starts_small():
+    """Passes over the shards of a 20 MB .bin (4,883 samples in 960 shards, one call per shard
+    as streaming asks) that stop after 400, 1,000 and 3,000 rows: the rows made, ahead included,
+    stay within 1.3x of the rows read (the read-ahead holds a little plus a quarter of what the
+    pass has read), and so does each new pass (before: 2x what all passes before had read, plus
+    1 MiB)."""
+    layout = shard_ranges(4883, 960)
+    make = SampleMaker()
+    read_ahead = ReadAhead(make, layout, rows_per_table=1000, limit_bytes=256 << 20, threads=2)
+    for stop in (400, 1000, 3000, 400):
+        made_before, read = sum(map(len, make.calls)), 0
+        for call in calls_of(layout, range(len(layout)), 1000):
+            tables = read_ahead.tables(call)
+            for _, table in tables:
+                read += table.num_rows
+            if read >= stop:
+                tables.close()  # the stream is left: what it queued is dropped, not made
+                break
+        read_ahead._pool.shutdown(wait=True)  # what was under way is made
+        read_ahead._pool = None
+        made = sum(map(len, make.calls)) - made_before
+        assert made <= 1.3 * read, (stop, read, made)
+
+
+def test_leaving_a_remote_stream_drops_the_tables_it_would_have_read_next(monkeypatch):
     """A ``break`` or ``take`` ends a stream: the gathers queued for what it would read next are
     not fetched (a script that stops after a few samples does not wait for them at exit)."""
     import threading
@@ -173,7 +206,7 @@ def test_leaving_a_remote_stream_drops_the_tables_it_would_have_read_next():
 
     layout = shard_ranges(5000, 500)
     read_ahead = ReadAhead(make, layout, rows_per_table=10, limit_bytes=1 << 30, threads=2, gather_bytes=0)
-    read_ahead._handed_out = 1 << 28  # as after a long stream: the bound allows many gathers ahead
+    monkeypatch.setattr(readahead, "READ_AHEAD_START_BYTES", 1 << 28)  # the bound allows many gathers ahead
     tables = read_ahead.tables(batch for call in calls_of(layout, range(len(layout)), 10) for batch in call)
     next(tables)  # made at once; it tells the read-ahead the bytes per row
     next(tables)

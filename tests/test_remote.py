@@ -131,11 +131,13 @@ def test_a_gather_bridges_a_wide_gap_when_its_budget_allows_and_not_beyond():
     # bridges all of them, and with 0.2 all but the wide one.
     starts = np.array([0, 1100, 2200, 3300, 4400, 6900, 8000, 9100, 10200, 11300])
     stops = starts + 1000
-    run_file, run_start, run_stop, _, _ = plan_runs(np.zeros(10, np.int64), starts, stops, [10 ** 7])
+    run_file, run_start, run_stop, _, _ = plan_runs(np.zeros(10, np.int64), starts, stops, [10 ** 7], budget=0.4)
     assert run_start.tolist() == [0] and run_stop.tolist() == [12300]
-    _, run_start, run_stop, piece_run, _ = plan_runs(np.zeros(10, np.int64), starts, stops, [10 ** 7], budget=0.2)
-    assert run_start.tolist() == [0, 6900] and run_stop.tolist() == [5400, 12300]
-    assert piece_run.tolist() == [0] * 5 + [1] * 5
+    for budget in (0.2, None):  # None: MERGE_BUDGET, 0.15
+        _, run_start, run_stop, piece_run, _ = plan_runs(np.zeros(10, np.int64), starts, stops, [10 ** 7],
+                                                         **({} if budget is None else {"budget": budget}))
+        assert run_start.tolist() == [0, 6900] and run_stop.tolist() == [5400, 12300]
+        assert piece_run.tolist() == [0] * 5 + [1] * 5
     # Pieces of different files are never one request, however close.
     run_file, run_start, run_stop, _, _ = plan_runs([0, 1], [0, 0], [10, 10], [10, 10])
     assert run_file.tolist() == [0, 1] and run_stop.tolist() == [10, 10]

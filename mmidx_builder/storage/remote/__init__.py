@@ -9,7 +9,7 @@ gather is planned at once and fetched together:
     pieces (token runs)  --plan_runs-->  byte runs  --RemoteAccess.fetch-->  bytes
       sorted by file and offset; the smallest   up to REQUESTS_IN_FLIGHT ranged GETs at once,
       gaps bridged first, within a byte budget  most urgent batch first (Requests): HTTP and
-      (never more than 1.4x the bytes asked     the Hub's resolve URLs on the reader's own loop
+      (never more than 1.15x the bytes asked    the Hub's resolve URLs on the reader's own loop
       for: see plan_runs)                       (io_loop), S3 on fsspec's, a thread pool for
                                                 synchronous filesystems; optionally through a
                                                 local BlockCache

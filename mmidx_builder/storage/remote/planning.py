@@ -9,10 +9,14 @@ from .objects import RemoteObject
 
 # Planning a gather (plan_runs): gaps between its pieces are fetched (two pieces become one
 # request) smallest first while the gap bytes fetched stay within this share of the bytes the
-# pieces hold, so a gather never fetches more than 1.4x its bytes (the bound is 1.5x).
-# Requests, not bytes, bound a remote stream: a round trip costs 25-100 ms, 64 KiB of transfer
-# about 1 ms. A gap longer than MERGE_GAP_BYTES is never fetched.
-MERGE_BUDGET = 0.4
+# pieces hold, so a gather never fetches more than 1.15x its bytes. Requests, not bytes, bound a
+# remote stream (a round trip costs 25-100 ms, 64 KiB of transfer about 1 ms), but a gather of
+# a few hundred samples over a large file is sparse: its smallest gaps are few, and bridging
+# more of them saves few requests. Measured on a 20 MB .bin, whole passes: 4.29 requests per
+# sample at 0.15 against 4.13 at 0.25 (1.14x against 1.24x the bytes). Within 1.15x, what the
+# read-ahead holds when a stream stops still fits a pass's 1.5x (hf/readahead.py). A gap longer
+# than MERGE_GAP_BYTES is never fetched.
+MERGE_BUDGET = 0.15
 MERGE_GAP_BYTES = 1 << 20
 
 
