@@ -192,7 +192,9 @@ class IndexedFile:
         if record is not None and record.load():
             self._num_tokens = record.num_tokens
         else:
-            self._num_tokens = self._validate()
+            # A record about to be written maps the lengths: kept as the validation reads
+            # them, not read from the .idx a second time.
+            self._num_tokens = self._validate(keep_lengths=record is not None and record.will_save())
             if record is not None:
                 record.save()
         self.identities = (index.identity, getattr(bin_reader, "identity", None) or file_identity(bin_path))
@@ -242,14 +244,18 @@ class IndexedFile:
         """Items ``begin:end`` of the index's table of ``dtype`` at byte ``offset``."""
         return self._index.read(offset + dtype.itemsize * begin, end - begin, dtype)
 
-    def _validate(self) -> int:
-        """Checks the whole index, a chunk of sequences at a time; returns the token count."""
+    def _validate(self, keep_lengths: bool = False) -> int:
+        """Checks the whole index, a chunk of sequences at a time; returns the token count.
+        ``keep_lengths``: the lengths read are kept as :attr:`sequence_lengths`'s copy."""
         h, itemsize = self.header, self.dtype.itemsize
         tokens = 0  # before the chunk
         previous = None  # the last pointer of the chunk before, for the message
+        kept = np.empty(h.num_sequences, LENGTH_DTYPE) if keep_lengths else None
         for begin in range(0, h.num_sequences, _VALIDATE_CHUNK):
             end = min(begin + _VALIDATE_CHUNK, h.num_sequences)
             chunk = self._table(self._lengths_at, LENGTH_DTYPE, begin, end)
+            if kept is not None:
+                kept[begin:end] = chunk
             if chunk.min() < 0:
                 i = begin + first_bad(chunk < 0)
                 raise FormatError(self.idx_path, f"sequence_lengths[{i}]", "a length >= 0", int(chunk[i - begin]),
@@ -278,6 +284,9 @@ class IndexedFile:
                               f"as {self.idx_path} says)", f"{self.bin_size} bytes")
         if h.flavour is Flavour.MEGATRON:
             self._validate_documents(h.document_count)
+        if kept is not None:
+            kept.flags.writeable = False
+            self._lengths = kept
         return tokens
 
     def _validate_documents(self, count: int) -> None:
@@ -582,10 +591,14 @@ class OpeningRecord:
         indexed.lengths_fingerprint = fields["fingerprint"]
         return True
 
+    def will_save(self) -> bool:
+        """Whether :meth:`save` would write the record (the ``.idx`` is settled)."""
+        return array_cache.settled(self._idx_stat)
+
     def save(self) -> None:
         """Records a validation that just passed, and maps the arrays it wrote (best effort: a
         cache that cannot be written leaves this opening as it was, with a warning)."""
-        if not array_cache.settled(self._idx_stat):
+        if not self.will_save():
             return  # changed within the last seconds: validate again next time
         indexed = self.indexed
         lengths = indexed.sequence_lengths
