@@ -482,18 +482,25 @@ def _block_starts(lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     step = size << 10  # sequences per chunk: whole blocks
     for begin in range(0, count, step):
         chunk = lengths[begin:begin + step]
-        starts = np.cumsum(chunk, dtype=np.int64)
-        starts -= chunk
-        starts += before
-        blocks = block_starts[begin // size:begin // size + -(-len(chunk) // size)]
-        blocks[:] = starts[::size]
-        starts -= np.repeat(blocks, size)[:len(chunk)]
-        if starts.max() > np.iinfo(np.uint32).max:
+        blocks = -(-len(chunk) // size)
+        if len(chunk) % size:  # the last block, short: zeros after it change no start
+            chunk = np.concatenate((chunk, np.zeros(blocks * size - len(chunk), chunk.dtype)))
+        # One row a block: the starts within a block are a running sum along its row.
+        grid = chunk.reshape(blocks, size)
+        within = np.cumsum(grid, axis=1, dtype=np.int64)
+        totals = within[:, -1].copy()
+        within -= grid
+        if within[:, -1].max() > np.iinfo(np.uint32).max:  # a row's last start is its largest
             offsets = np.zeros(count, np.int64)
             np.cumsum(lengths[:-1], dtype=np.int64, out=offsets[1:])
             return np.zeros_like(block_starts), offsets
-        offsets[begin:begin + len(chunk)] = starts
-        before += int(chunk.sum(dtype=np.int64))
+        stop = min(begin + step, count)
+        offsets[begin:stop] = within.reshape(-1)[:stop - begin]
+        first_blocks = block_starts[begin // size:begin // size + blocks]
+        np.cumsum(totals, out=first_blocks)
+        first_blocks -= totals
+        first_blocks += before
+        before += int(totals.sum())
     return block_starts, offsets
 
 
