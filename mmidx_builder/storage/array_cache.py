@@ -72,6 +72,12 @@ def _meta_digest(meta: dict) -> str:
     return xxhash.xxh3_128(json.dumps(fields, sort_keys=True).encode()).hexdigest()
 
 
+def _meta_text(meta: dict) -> bytes:
+    # One line, through json's C encoder: an indent makes json encode in Python, ~0.2 ms a meta
+    # file, 2,000 of them at the cold open of a 1,000-prefix blend.
+    return json.dumps(meta).encode() + b"\n"
+
+
 def _signature(stat: os.stat_result) -> str:
     return f"{stat.st_dev}:{stat.st_ino}:{stat.st_size}:{stat.st_mtime_ns}:{stat.st_ctime_ns}"
 
@@ -111,7 +117,7 @@ def save_arrays(meta_path: str, array_paths: dict[str, str], arrays: dict[str, n
                                DIGEST_KEY: array_digest(array)}
         meta = {**fields, "arrays": described}
         meta[DIGEST_KEY] = _meta_digest(meta)
-        write_atomically(meta_path, json.dumps(meta, indent=1).encode())
+        write_atomically(meta_path, _meta_text(meta))
     except OSError as error:
         for path in written:
             remove_quietly(path)
@@ -191,7 +197,7 @@ def _record_check(meta_path: str, meta: dict, signatures: dict, now: float) -> N
     meta = {**meta, "checked": signatures, "checked_at": now}
     meta[DIGEST_KEY] = _meta_digest(meta)
     try:
-        write_atomically(meta_path, json.dumps(meta, indent=1).encode())
+        write_atomically(meta_path, _meta_text(meta))
     except OSError:
         pass
 
