@@ -32,7 +32,10 @@ streaming=True)`` here), seq_length 4096, one epoch, seed 1234:
   exit tracebacks              "Exception ignored" lines a process prints at exit after
                                streaming a few rows (blends)
 
-megatron-core rows are skipped when it is not importable. The last lines extrapolate the warm
+Under a soft limit of open files (``bash -c 'ulimit -Sn 1024; ...'``) ``--raise-peer-nofile``
+lets megatron-core's processes raise theirs to the hard limit (it keeps 6 descriptors a
+prefix: without it a 1,000-prefix blend fails there). megatron-core rows are skipped when it
+is not importable. The last lines extrapolate the warm
 open and the per-node private memory (8 ranks x 8 workers) to 1B documents from the growth
 measured between the smallest and largest corpus.
 """
@@ -186,6 +189,10 @@ def child_megatron(spec: dict) -> dict:
         unique_identifiers = {"class": "bench"}
 
     prefixes = spec["prefixes"]
+    if spec.get("raise_nofile"):  # megatron-core keeps 6 descriptors a prefix: past a soft limit of 1,024
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_NOFILE, (resource.getrlimit(resource.RLIMIT_NOFILE)[1],) * 2)
     start = time.perf_counter()
     config = GPTDatasetConfig(random_seed=SEED, sequence_length=spec["seq_length"], tokenizer=Tokenizer(),
                               path_to_cache=spec["index_cache"], blend=(prefixes, None), split="100,0,0",
@@ -234,7 +241,7 @@ def _fmt(value, unit: str) -> str:
 
 
 def _ratio(ours, theirs) -> str:
-    if not ours or not theirs:
+    if not ours or not theirs or ours <= 0 or theirs <= 0:
         return "-"
     return f"{ours / theirs:.2f}x"
 
@@ -278,7 +285,8 @@ def measure(name: str, prefixes: list[str], args, megatron: bool, scratch: str,
     for side in sides:
         hf, indices = caches[side]
         spec = dict(prefixes=prefixes, seq_length=args.seq_length, hf_cache=hf, index_cache=indices,
-                    num_samples=num_samples, consumed=consumed, workers=args.workers)
+                    num_samples=num_samples, consumed=consumed, workers=args.workers,
+                    raise_nofile=side == "megatron" and args.raise_peer_nofile)
         print(f"  {name}: {side} ...", file=sys.stderr, flush=True)
         # The corpus just written and the other side's caches are dirty pages the kernel is
         # still writing back: flushed first, so that neither side's cold build pays for them.
@@ -349,6 +357,9 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--workdir", default="/tmp/scale-bench")
     parser.add_argument("--keep", action="store_true", help="keep the corpora (they are sparse; the caches are not)")
+    parser.add_argument("--raise-peer-nofile", action="store_true",
+                        help="megatron-core's processes raise their soft limit of open files to the hard one "
+                             "(run under `ulimit -Sn 1024`: this package within it, megatron-core beside it)")
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
