@@ -15,6 +15,8 @@ BlendedMegatronDatasetBuilder as pretrain_gpt.py builds it; ``load_dataset("mmid
 streaming=True)`` here), seq_length 4096, one epoch, seed 1234:
 
   cold open + first sample     no index cache: build the indices, read sample 0
+                               (os.sync() first: no side pays for writing back the corpus
+                               or the other side's caches)
   warm open + first sample     the index cache present (the second open after the build;
                                the first one after a build also checks the cache's digests once,
                                its own row)
@@ -22,12 +24,18 @@ streaming=True)`` here), seq_length 4096, one epoch, seed 1234:
                                row; megatron-core: dataset[C] (what its sampler asks for first)
   peak memory                  ru_maxrss of the cold open (imports included: torch's ~0.3 GiB)
   Pss_Anon per worker          private memory of each DataLoader worker (fork) after 20
-                               batches, from /proc/PID/smaps_rollup, and per sequence
+                               batches, from /proc/PID/smaps_rollup, and per sequence; then
+                               the same on a tiny corpus of 20,000 documents (what a worker
+                               holds whatever the corpus: interpreter, torch, datasets or
+                               megatron-core), and the difference: what this corpus adds
   open files                   /proc/self/fd after the warm open and first sample
   exit tracebacks              "Exception ignored" lines a process prints at exit after
                                streaming a few rows (blends)
 
-megatron-core rows are skipped when it is not importable. The last lines extrapolate the warm
+Under a soft limit of open files (``bash -c 'ulimit -Sn 1024; ...'``) ``--raise-peer-nofile``
+lets megatron-core's processes raise theirs to the hard limit (it keeps 6 descriptors a
+prefix: without it a 1,000-prefix blend fails there). megatron-core rows are skipped when it
+is not importable. The last lines extrapolate the warm
 open and the per-node private memory (8 ranks x 8 workers) to 1B documents from the growth
 measured between the smallest and largest corpus.
 """
@@ -181,6 +189,10 @@ def child_megatron(spec: dict) -> dict:
         unique_identifiers = {"class": "bench"}
 
     prefixes = spec["prefixes"]
+    if spec.get("raise_nofile"):  # megatron-core keeps 6 descriptors a prefix: past a soft limit of 1,024
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_NOFILE, (resource.getrlimit(resource.RLIMIT_NOFILE)[1],) * 2)
     start = time.perf_counter()
     config = GPTDatasetConfig(random_seed=SEED, sequence_length=spec["seq_length"], tokenizer=Tokenizer(),
                               path_to_cache=spec["index_cache"], blend=(prefixes, None), split="100,0,0",
@@ -229,12 +241,37 @@ def _fmt(value, unit: str) -> str:
 
 
 def _ratio(ours, theirs) -> str:
-    if not ours or not theirs:
+    if not ours or not theirs or ours <= 0 or theirs <= 0:
         return "-"
     return f"{ours / theirs:.2f}x"
 
 
-def measure(name: str, prefixes: list[str], args, megatron: bool, scratch: str) -> list[tuple]:
+TINY_DOCUMENTS = 20_000
+
+
+def baseline_pss(args, megatron: bool, scratch: str) -> dict:
+    """Pss_Anon per worker of each side on a tiny corpus (20,000 documents, ~2,900 sequences):
+    what a worker holds whatever the corpus (the interpreter, torch, datasets or megatron-core,
+    the DataLoader), to subtract from the figures of the large corpora."""
+    prefix = os.path.join(args.workdir, f"docs{TINY_DOCUMENTS}", "corpus_text_document")
+    write_sparse_prefix(prefix, TINY_DOCUMENTS, seed=0)
+    num_samples = (os.path.getsize(prefix + ".bin") // 2 - 1) // args.seq_length
+    found = {}
+    for side in ["ours"] + (["megatron"] if megatron else []):
+        hf, indices = os.path.join(scratch, f"tiny-{side}-hf"), os.path.join(scratch, f"tiny-{side}-indices")
+        spec = dict(prefixes=[prefix], seq_length=args.seq_length, hf_cache=hf, index_cache=indices,
+                    num_samples=num_samples, consumed=0, workers=args.workers, what="workers")
+        print(f"  tiny corpus ({TINY_DOCUMENTS:,} documents): {side} ...", file=sys.stderr, flush=True)
+        run_child(side, spec)  # the build
+        pss = run_child(side, spec).get("pss")
+        found[side] = sum(pss) / len(pss) if pss else None
+        shutil.rmtree(hf, ignore_errors=True)
+        shutil.rmtree(indices, ignore_errors=True)
+    return found
+
+
+def measure(name: str, prefixes: list[str], args, megatron: bool, scratch: str,
+            baseline: dict | None = None) -> list[tuple]:
     """The rows of one corpus (one prefix or a blend)."""
     tokens = sum(os.path.getsize(p + ".bin") // 2 for p in prefixes)
     num_samples = (tokens - 1) // args.seq_length
@@ -248,8 +285,12 @@ def measure(name: str, prefixes: list[str], args, megatron: bool, scratch: str) 
     for side in sides:
         hf, indices = caches[side]
         spec = dict(prefixes=prefixes, seq_length=args.seq_length, hf_cache=hf, index_cache=indices,
-                    num_samples=num_samples, consumed=consumed, workers=args.workers)
+                    num_samples=num_samples, consumed=consumed, workers=args.workers,
+                    raise_nofile=side == "megatron" and args.raise_peer_nofile)
         print(f"  {name}: {side} ...", file=sys.stderr, flush=True)
+        # The corpus just written and the other side's caches are dirty pages the kernel is
+        # still writing back: flushed first, so that neither side's cold build pays for them.
+        os.sync()
         found[side] = {
             "cold": run_child(side, {**spec, "what": "first"}),
             "warm1": run_child(side, {**spec, "what": "first"}),
@@ -288,6 +329,19 @@ def measure(name: str, prefixes: list[str], args, megatron: bool, scratch: str) 
     rows.append((name, f"  same, bytes per sequence ({num_samples:,} sequences)",
                  f"{per['ours']:.3f}" if per.get("ours") else "-",
                  f"{per['megatron']:.3f}" if per.get("megatron") else "-", _ratio(per.get("ours"), per.get("megatron"))))
+    if baseline:
+        rows.append((name, f"  same, tiny corpus ({TINY_DOCUMENTS:,} documents: the worker's baseline)",
+                     _fmt(baseline.get("ours"), "MiB"), _fmt(baseline.get("megatron"), "MiB"),
+                     _ratio(baseline.get("ours"), baseline.get("megatron"))))
+        extra = {side: (means[side] - baseline[side] if means.get(side) is not None and baseline.get(side) is not None
+                        else None) for side in sides}
+        rows.append((name, "  Pss_Anon per worker owed to this corpus (minus the tiny corpus's)",
+                     _fmt(extra.get("ours"), "MiB"), _fmt(extra.get("megatron"), "MiB"),
+                     _ratio(extra.get("ours"), extra.get("megatron"))))
+        rows.append((name, "  same, bytes per sequence",
+                     f"{max(extra['ours'], 0) / num_samples:.3f}" if extra.get("ours") is not None else "-",
+                     f"{max(extra['megatron'], 0) / num_samples:.3f}" if extra.get("megatron") is not None else "-",
+                     _ratio(extra.get("ours"), extra.get("megatron"))))
     if "exit" in found.get("ours", {}):
         rows.append((name, "exit tracebacks after streaming 200 rows", str(get("ours", "exit", "exit_tracebacks")),
                      "-", "-"))
@@ -303,6 +357,9 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--workdir", default="/tmp/scale-bench")
     parser.add_argument("--keep", action="store_true", help="keep the corpora (they are sparse; the caches are not)")
+    parser.add_argument("--raise-peer-nofile", action="store_true",
+                        help="megatron-core's processes raise their soft limit of open files to the hard one "
+                             "(run under `ulimit -Sn 1024`: this package within it, megatron-core beside it)")
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -330,9 +387,10 @@ def main() -> None:
         corpora.append((f"{count} prefixes x {n / 1e6:g}M", prefixes, count * n))
 
     table, growth = [], []
+    baseline = baseline_pss(args, megatron, os.path.join(args.workdir, "caches")) if corpora else None
     for name, prefixes, n in corpora:
         scratch = os.path.join(args.workdir, "caches")
-        rows, detail = measure(name, prefixes, args, megatron, scratch)
+        rows, detail = measure(name, prefixes, args, megatron, scratch, baseline)
         table += rows
         if len(prefixes) == 1:
             growth.append((n, detail))

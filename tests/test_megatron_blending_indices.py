@@ -38,10 +38,12 @@ def random_weights(rng, n):
     return np.array((w / w.sum()).tolist())  # megatron-core's normalize
 
 
-@pytest.fixture(params=["default", "many lanes", "no warm-up"])
+@pytest.fixture(params=["default", "many lanes", "no warm-up", "candidates"])
 def lanes(request, monkeypatch):
     """The default tuning, then small chunks (thousands of lanes, >32767 / n for the int16
-    products), then no warm-up at all (guessed states are often wrong: chunks are rerun)."""
+    products), then no warm-up at all (guessed states are often wrong: chunks are rerun), then
+    every blend of 2 datasets or more run over candidate datasets per block (_run_lanes_pruned),
+    with so few candidates that many lanes run in the group that keeps more."""
     if request.param == "many lanes":
         monkeypatch.setattr(blending, "_MIN_CHUNK", 16)
         monkeypatch.setattr(blending, "_MAX_LANES", 5000)
@@ -50,6 +52,11 @@ def lanes(request, monkeypatch):
     elif request.param == "no warm-up":
         monkeypatch.setattr(blending, "_MIN_CHUNK", 40)
         monkeypatch.setattr(blending, "_WARMUP", 0)
+    elif request.param == "candidates":
+        monkeypatch.setattr(blending, "_PRUNE_FROM", 2)
+        monkeypatch.setattr(blending, "_PRUNED_BLOCK_STEPS", 5)
+        monkeypatch.setattr(blending, "_CANDIDATES", 2)
+        monkeypatch.setattr(blending, "_MIN_CHUNK", 40)
     runs = {"lanes": 0, "max lanes": 0, "reruns": 0}
     original = blending._run_lanes
 
@@ -95,6 +102,26 @@ def test_exhaustive_blends_equal_helpers_cpp(megatron, lanes):
         index, sample = their_exhaustive(megatron.helpers, sizes)
         assert np.array_equal(ours.dataset_index, index), f"case {case}: sizes={sizes.tolist()}"
         assert np.array_equal(ours.dataset_sample_index, sample), f"case {case}: sizes={sizes.tolist()}"
+
+
+@pytest.mark.megatron
+@pytest.mark.parametrize("kind", [0, 1, 2, 3, 4])
+def test_blends_of_hundreds_of_datasets_equal_helpers_cpp(megatron, kind):
+    """Hundreds of weights (a 1,000-prefix --data-path): blocks run over candidate datasets."""
+    rng = np.random.RandomState(kind)
+    n = 150 + 97 * kind
+    weights = {0: rng.rand(n), 1: rng.rand(n) ** 6 + 1e-7, 2: np.ones(n), 3: rng.randint(1, 4, n).astype(float),
+               4: rng.lognormal(0, 0.01, n)}[kind]
+    weights = np.array((weights / weights.sum()).tolist())
+    size = 120_011
+    ours = blending.build_blending_indices(weights, size)
+    index, sample = their_weighted(megatron.helpers, weights, size)
+    assert np.array_equal(ours.dataset_index, index) and np.array_equal(ours.dataset_sample_index, sample)
+    sizes = rng.randint(1, 400, n)
+    sizes[::7] = 1  # datasets used up at once
+    ours = blending.build_exhaustive_blending_indices(sizes)
+    index, sample = their_exhaustive(megatron.helpers, sizes)
+    assert np.array_equal(ours.dataset_index, index) and np.array_equal(ours.dataset_sample_index, sample)
 
 
 def test_draws_follow_the_weights_and_count_up_per_dataset():

@@ -192,7 +192,9 @@ class IndexedFile:
         if record is not None and record.load():
             self._num_tokens = record.num_tokens
         else:
-            self._num_tokens = self._validate()
+            # A record about to be written maps the lengths: kept as the validation reads
+            # them, not read from the .idx a second time.
+            self._num_tokens = self._validate(keep_lengths=record is not None and record.will_save())
             if record is not None:
                 record.save()
         self.identities = (index.identity, getattr(bin_reader, "identity", None) or file_identity(bin_path))
@@ -242,14 +244,18 @@ class IndexedFile:
         """Items ``begin:end`` of the index's table of ``dtype`` at byte ``offset``."""
         return self._index.read(offset + dtype.itemsize * begin, end - begin, dtype)
 
-    def _validate(self) -> int:
-        """Checks the whole index, a chunk of sequences at a time; returns the token count."""
+    def _validate(self, keep_lengths: bool = False) -> int:
+        """Checks the whole index, a chunk of sequences at a time; returns the token count.
+        ``keep_lengths``: the lengths read are kept as :attr:`sequence_lengths`'s copy."""
         h, itemsize = self.header, self.dtype.itemsize
         tokens = 0  # before the chunk
         previous = None  # the last pointer of the chunk before, for the message
+        kept = np.empty(h.num_sequences, LENGTH_DTYPE) if keep_lengths else None
         for begin in range(0, h.num_sequences, _VALIDATE_CHUNK):
             end = min(begin + _VALIDATE_CHUNK, h.num_sequences)
             chunk = self._table(self._lengths_at, LENGTH_DTYPE, begin, end)
+            if kept is not None:
+                kept[begin:end] = chunk
             if chunk.min() < 0:
                 i = begin + first_bad(chunk < 0)
                 raise FormatError(self.idx_path, f"sequence_lengths[{i}]", "a length >= 0", int(chunk[i - begin]),
@@ -278,6 +284,9 @@ class IndexedFile:
                               f"as {self.idx_path} says)", f"{self.bin_size} bytes")
         if h.flavour is Flavour.MEGATRON:
             self._validate_documents(h.document_count)
+        if kept is not None:
+            kept.flags.writeable = False
+            self._lengths = kept
         return tokens
 
     def _validate_documents(self, count: int) -> None:
@@ -473,18 +482,25 @@ def _block_starts(lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     step = size << 10  # sequences per chunk: whole blocks
     for begin in range(0, count, step):
         chunk = lengths[begin:begin + step]
-        starts = np.cumsum(chunk, dtype=np.int64)
-        starts -= chunk
-        starts += before
-        blocks = block_starts[begin // size:begin // size + -(-len(chunk) // size)]
-        blocks[:] = starts[::size]
-        starts -= np.repeat(blocks, size)[:len(chunk)]
-        if starts.max() > np.iinfo(np.uint32).max:
+        blocks = -(-len(chunk) // size)
+        if len(chunk) % size:  # the last block, short: zeros after it change no start
+            chunk = np.concatenate((chunk, np.zeros(blocks * size - len(chunk), chunk.dtype)))
+        # One row a block: the starts within a block are a running sum along its row.
+        grid = chunk.reshape(blocks, size)
+        within = np.cumsum(grid, axis=1, dtype=np.int64)
+        totals = within[:, -1].copy()
+        within -= grid
+        if within[:, -1].max() > np.iinfo(np.uint32).max:  # a row's last start is its largest
             offsets = np.zeros(count, np.int64)
             np.cumsum(lengths[:-1], dtype=np.int64, out=offsets[1:])
             return np.zeros_like(block_starts), offsets
-        offsets[begin:begin + len(chunk)] = starts
-        before += int(chunk.sum(dtype=np.int64))
+        stop = min(begin + step, count)
+        offsets[begin:stop] = within.reshape(-1)[:stop - begin]
+        first_blocks = block_starts[begin // size:begin // size + blocks]
+        np.cumsum(totals, out=first_blocks)
+        first_blocks -= totals
+        first_blocks += before
+        before += int(totals.sum())
     return block_starts, offsets
 
 
@@ -582,10 +598,14 @@ class OpeningRecord:
         indexed.lengths_fingerprint = fields["fingerprint"]
         return True
 
+    def will_save(self) -> bool:
+        """Whether :meth:`save` would write the record (the ``.idx`` is settled)."""
+        return array_cache.settled(self._idx_stat)
+
     def save(self) -> None:
         """Records a validation that just passed, and maps the arrays it wrote (best effort: a
         cache that cannot be written leaves this opening as it was, with a warning)."""
-        if not array_cache.settled(self._idx_stat):
+        if not self.will_save():
             return  # changed within the last seconds: validate again next time
         indexed = self.indexed
         lengths = indexed.sequence_lengths

@@ -277,6 +277,23 @@ class _OpenFiles:
 _POOL = _OpenFiles()
 
 
+def _after_fork_in_child() -> None:
+    # The child has only the thread that forked: no file is in the middle of a read there.
+    for ref in list(_POOL.files.values()):
+        file = ref()
+        if file is not None:
+            file._users = 0
+    _POOL.lock.release()
+
+
+# A fork (DataLoader workers) while another thread (a table made ahead) held the pool's lock
+# gave a child whose lock stayed held by a thread it does not have: its first read waited
+# forever. The fork waits for the lock instead, and the child starts with it free.
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_POOL.lock.acquire, after_in_parent=_POOL.lock.release,
+                        after_in_child=_after_fork_in_child)
+
+
 def gather(files, which, starts, lengths, out: np.ndarray, at=None) -> None:
     """:func:`_gather` with ``files`` open for its duration (see _OpenFiles)."""
     if len(starts) == 0:
