@@ -30,6 +30,11 @@ Extra rows: ``+cache`` streams through ``remote_cache_dir`` (passes 2-3 read loc
 ``megatron _S3BinReader`` reads the same samples' pieces through megatron-core's S3 reader
 (boto3, ``bin_chunk_nbytes`` 256 MiB as its default) on the same moto server.
 
+``--slow-servers overloaded-s3,trickle,rate-limited-hub`` prints instead a table of servers that
+misbehave (issue 32 item 4): moto with a 300 MB object (each GET costs it a copy of the
+object), a 1 byte/s server (each HTTP client), the Hub's resolver budget spent at start; each
+row a time to the end or to the error, and whether the tokens are the local stream's.
+
 moto answers each request with ~5-7 ms of Python, so its rows are bounded by moto (~200
 requests/s on this machine): the ``s3`` rows say little about real S3, whose request rate
 per prefix is in the thousands.
@@ -192,8 +197,11 @@ def run_tokens(spec: dict) -> dict:
 
 def in_subprocess(spec: dict, env: dict | None = None) -> dict:
     command = [sys.executable, os.path.abspath(__file__), "--row", json.dumps(spec)]
-    done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, **(env or {})},
-                          timeout=spec.get("deadline", 600))
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, **(env or {})},
+                              timeout=spec.get("deadline", 600))
+    except subprocess.TimeoutExpired:
+        return {"error": f"no end within {spec.get('deadline', 600):.0f} s", "failed": True}
     if done.returncode != 0:
         return {"error": done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}",
                 "failed": True}

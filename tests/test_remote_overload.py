@@ -58,14 +58,21 @@ def test_the_limit_halves_once_per_round_of_overload_signals_and_grows_back_by_a
     """What cuts the requests in flight: timeouts, dropped or refused connections (of either
     client and of botocore), 429/503/504, an answer below the speed floor; not a 404, a 416 or
     a wrong range. The failures of requests sent before a cut do not cut again (one overloaded
-    round is one signal); answers grow the limit by one per ``limit`` answers, up to the
-    ceiling; it never goes below 1."""
+    round is one signal). It starts at FIRST_IN_FLIGHT and grows by one per answer until the
+    first signal, then by one per ``limit`` answers, up to the ceiling; never below 1."""
     import aiohttp
     from botocore.exceptions import ReadTimeoutError
 
     from mmidx_builder.storage.remote.answers import HTTPStatus, SlowBody, WrongRange
 
     limit = request_queue.InFlight(512)
+    assert limit.now() == request_queue.FIRST_IN_FLIGHT  # then doubled per round of answers, until a signal
+    for _ in range(limit.now()):
+        limit.answered()
+    assert limit.now() == 2 * request_queue.FIRST_IN_FLIGHT
+    for _ in range(1000):
+        limit.answered()
+    assert limit.now() == 512
     for error in (TimeoutError("t"), ConnectionResetError("reset"), aiohttp.ServerDisconnectedError(),
                   ReadTimeoutError(endpoint_url="http://s3"), HTTPStatus(503, "u"), HTTPStatus(429, "u"),
                   HTTPStatus(504, "u"), SlowBody("slow")):

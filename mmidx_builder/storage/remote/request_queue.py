@@ -30,10 +30,15 @@ logger = logging.getLogger(__name__)
 # at 25 ms: 256 in flight gave 1,700 samples/s, 512 2,390, 1,024 1,640 (its cost per request
 # outgrew what it hid).
 REQUESTS_IN_FLIGHT = 512
+# Requests in flight at first (InFlight doubles them per round trip up to REQUESTS_IN_FLIGHT, 3
+# round trips, unless the server is overloaded): 512 sent at once to a server that cannot
+# answer them queue there until they time out, and it answers them all the same, to no one.
+FIRST_IN_FLIGHT = 64
 # Threads for synchronous filesystems (fsspec's without an async API): each holds a stack.
 THREADS_IN_FLIGHT = 128
 BACKOFF_SECONDS = 0.1  # doubled per attempt, jittered, at most BACKOFF_MAX_SECONDS
 BACKOFF_MAX_SECONDS = 4.0
+TIMER_SLACK = 0.005  # seconds a timer of the event loop may fire early
 _BACKGROUND = threading.local()  # .fetches: (dropped event, priority) of the fetches this thread makes (background_fetches)
 
 
@@ -74,18 +79,23 @@ _LIMITS: "weakref.WeakSet" = weakref.WeakSet()  # every InFlight of this process
 
 
 def restore_in_flight() -> None:
-    """Every client's requests in flight back to REQUESTS_IN_FLIGHT, as in a new process (a
-    test's overloaded server does not slow the next test's healthy one)."""
+    """Every client's requests in flight as in a new process (a test's overloaded server does
+    not slow the next test's healthy one)."""
     for limit in list(_LIMITS):
-        limit.limit, limit.answers = limit.ceiling, 0
+        limit.restart()
 
 
 class InFlight:
-    """How many requests may be in flight now, between 1 and ``ceiling`` (REQUESTS_IN_FLIGHT):
-    halved when a server shows it is sent more than it can answer (answers.overloaded: a
-    timeout, a dropped or refused connection, 429/503/504, an answer below the speed floor),
-    grown by one per round trip's worth of answers (``limit`` answers) back to the ceiling. A healthy server keeps the ceiling; moto at 25 ms with a 300 MB object, sent 512
-    at once, queued them until every one timed out (6,313 GETs delivered 197 KB in 394 s).
+    """How many requests may be in flight now, between 1 and ``ceiling`` (REQUESTS_IN_FLIGHT),
+    as TCP sizes its window. It starts at FIRST_IN_FLIGHT and grows by one per answer (doubling
+    per round trip) to the ceiling, until a server shows it is sent more than it can answer
+    (answers.overloaded: a timeout, a dropped or refused connection, 429/503/504, an answer
+    below the speed floor): then it is halved, and from there grows by one per round trip's
+    worth of answers (``limit`` answers). A healthy server reaches the ceiling within a few
+    round trips and keeps it. moto at 25 ms with a 300 MB object (each ranged GET costs it a
+    copy of the object, ~0.25 s of one core), sent 512 at once, queued them until every one
+    timed out: 6,313 GETs delivered 197 KB in 394 s; the requests it had queued were still
+    answered, to no one, long after.
 
     One round of failures is one signal: only a request sent after the last cut cuts again
     (``cuts`` is read when a request is sent, :meth:`failed` is given it back), or the 512
@@ -94,26 +104,34 @@ class InFlight:
 
     def __init__(self, ceiling: int):
         self.ceiling = ceiling
-        self.limit = ceiling
-        self.answers = 0  # since the limit last changed
         self.cuts = 0
+        self.restart()
         _LIMITS.add(self)
+
+    def restart(self) -> None:
+        self.limit = min(FIRST_IN_FLIGHT, self.ceiling)
+        self.doubling = True  # until the first overload signal
+        self.answers = 0  # since the limit last grew (after the first signal)
 
     def now(self) -> int:
         return self.limit
 
     def answered(self) -> None:
-        if self.limit < self.ceiling:
-            self.answers += 1
-            if self.answers >= self.limit:
-                self.limit, self.answers = self.limit + 1, 0
+        if self.limit >= self.ceiling:
+            return
+        if self.doubling:
+            self.limit += 1
+            return
+        self.answers += 1
+        if self.answers >= self.limit:
+            self.limit, self.answers = self.limit + 1, 0
 
     def failed(self, error, cuts_at_send: int) -> None:
         """A request sent when :attr:`cuts` was ``cuts_at_send`` failed with ``error``."""
         if cuts_at_send != self.cuts or not overloaded(error):
             return
         before = self.now()
-        self.limit, self.answers = max(1, self.limit // 2), 0
+        self.limit, self.answers, self.doubling = max(1, self.limit // 2), 0, False
         self.cuts += 1
         logger.info(f"{type(error).__name__}: {error}: a server is overloaded; {before} -> {self.now()} requests "
                     "in flight at once (grown back as answers come)")
@@ -258,7 +276,9 @@ class Requests:
         loop, in_flight = asyncio.get_running_loop(), self.in_flight
         try:
             # A worker beyond the limit (cut: an overloaded server) stops after its request.
-            while self.workers <= in_flight.now() and (taken := self._next(loop.time())) is not None:
+            # A retry due within TIMER_SLACK is due: the wake-up call_later makes for it may come
+            # that much early (uvloop's timers are in milliseconds), and would find nothing to do.
+            while self.workers <= in_flight.now() and (taken := self._next(loop.time() + TIMER_SLACK)) is not None:
                 batch, i, attempt = taken
                 try:
                     again = await batch.request(i, attempt, in_flight)
