@@ -34,6 +34,11 @@ same samples: each worker reads every n-th shard and plans its own gathers);
 ``megatron _S3BinReader`` reads the same samples' pieces through megatron-core's S3 reader
 (boto3, ``bin_chunk_nbytes`` 256 MiB as its default) on the same moto server.
 
+``--slow-servers overloaded-s3,trickle,rate-limited-hub`` prints instead a table of servers that
+misbehave (issue 32 item 4): moto with a 300 MB object (each GET costs it a copy of the
+object), a 1 byte/s server (each HTTP client), the Hub's resolver budget spent at start; each
+row a time to the end or to the error, and whether the tokens are the local stream's.
+
 moto answers each request with ~5-7 ms of Python, so its rows are bounded by moto (~200
 requests/s on this machine): the ``s3`` rows say little about real S3, whose request rate
 per prefix is in the thousands.
@@ -180,12 +185,54 @@ def run_megatron(spec: dict) -> dict:
             "read_ahead_mb": 0.0}
 
 
+def run_tokens(spec: dict) -> dict:
+    """One pass of ``samples`` Python rows: the seconds it took (or until the error it ended
+    with), a digest of the tokens, and the fewest requests in flight the reader went down to."""
+    import hashlib
+
+    from datasets import load_dataset
+
+    import mmidx_builder  # noqa: F401
+    from mmidx_builder.storage.remote import fetching, request_queue
+
+    fetching.HTTP_CLIENT = spec.get("http_client", "auto")
+    fewest = [request_queue.REQUESTS_IN_FLIGHT]
+    failed = request_queue.InFlight.failed
+
+    def watched(self, error, cuts_at_send):  # the limit after each overload signal
+        failed(self, error, cuts_at_send)
+        fewest[0] = min(fewest[0], self.now())
+
+    request_queue.InFlight.failed = watched
+    options = dict(seq_length=SEQ, split="train", streaming=True, cache_dir=spec["hf_cache"])
+    if spec.get("storage_options"):
+        options["storage_options"] = spec["storage_options"]
+    digest, count, first = hashlib.sha256(), 0, None
+    started = time.perf_counter()
+    try:
+        for row in load_dataset("mmidx", data_files={"train": spec["url"]}, **options):
+            digest.update(np.asarray(row["input_ids"], dtype=np.int64).tobytes())
+            count += 1
+            first = first if first is not None else time.perf_counter() - started
+            if count >= spec["samples"]:
+                break
+    except Exception as error:  # noqa: BLE001 (what the row reports)
+        return {"seconds": time.perf_counter() - started, "samples": count, "fewest_in_flight": fewest[0],
+                "error": f"{type(error).__name__}: {error}"}
+    return {"seconds": time.perf_counter() - started, "first": first, "samples": count,
+            "digest": digest.hexdigest(), "fewest_in_flight": fewest[0]}
+
+
 def in_subprocess(spec: dict, env: dict | None = None) -> dict:
     command = [sys.executable, os.path.abspath(__file__), "--row", json.dumps(spec)]
-    done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, **(env or {})},
-                          timeout=spec.get("deadline", 600))
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, **(env or {})},
+                              timeout=spec.get("deadline", 600))
+    except subprocess.TimeoutExpired:
+        return {"error": f"no end within {spec.get('deadline', 600):.0f} s", "failed": True}
     if done.returncode != 0:
-        return {"error": done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}"}
+        return {"error": done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}",
+                "failed": True}
     result = json.loads(done.stdout.strip().splitlines()[-1])
     print(spec["url"], json.dumps(result), file=sys.stderr, flush=True)  # progress: a row at a time
     return result
@@ -235,6 +282,134 @@ def loader_note(rows) -> str:
     return f"DataLoader: requests per sample with workers over without: {some / none:.3f}"
 
 
+# --- slow and overloaded servers (issue 32 item 4; --slow-servers) ---------------------------------
+
+def _slow_row(name: str, result: dict, local: dict, requests=None, extra: str = "") -> str:
+    if result.get("failed"):
+        return f"| {name} | error in the row: {result['error'][:120]} | | | | | |"
+    right = ("-" if "digest" not in result else "yes" if result["digest"] == local["digest"] else "**no**")
+    ended = f"error: {result['error'][:110]}" if "error" in result else f"{result['samples']:,} samples"
+    first = f"{result['first']:.1f}" if result.get("first") is not None else "-"
+    return (f"| {name} | {ended} | {result['seconds']:.1f} | {first} | {right} | "
+            f"{requests if requests is not None else '-'} | {result['fewest_in_flight']}{extra} |")
+
+
+def overloaded_s3_rows(args, work: str) -> list[str]:
+    """moto's S3 at 25 ms with a large object (each ranged GET costs moto a copy of it): issue
+    32's overloaded server, where 512 requests in flight queued at moto until they timed out."""
+    from s3_server import LocalS3
+
+    folder = os.path.join(work, "overload")
+    prefix = make_corpus(folder, args.overload_tokens)
+    local = in_subprocess({"url": prefix + ".bin", "samples": args.overload_samples, "tokens": True,
+                           "hf_cache": os.path.join(work, "hf-overload-local")})
+    with LocalS3(latency=0.025) as s3:
+        s3.put_folder("bench", folder, "data")
+        result = in_subprocess({"url": "s3://bench/data/corpus.bin", "samples": args.overload_samples, "tokens": True,
+                                "storage_options": s3.storage_options, "deadline": args.slow_deadline,
+                                "hf_cache": os.path.join(work, "hf-overload-s3")})
+        gets = s3.gets.get("data/corpus.bin")
+    return [_slow_row(f"s3 (moto), {args.overload_tokens / 1e6:.0f}M tokens, 25 ms", result, local, gets)]
+
+
+def trickle_rows(args, work: str, folder: str, prefix: str) -> list[str]:
+    """A server that sends every body of the .bin at 1 byte/s, through each HTTP client, with
+    the default RemoteAccess (speed floor 1 KiB/s over 30 s, timeout 60 s, 5 retries)."""
+    from range_server import RangeServer
+
+    rows = []
+    for client in args.http_clients.split(","):
+        with RangeServer(folder) as server:
+            server.trickle["corpus.bin"] = 10 ** 9
+            result = in_subprocess({"url": server.url + "/corpus.bin", "samples": 10, "tokens": True,
+                                    "http_client": client, "deadline": args.slow_deadline,
+                                    "hf_cache": os.path.join(work, f"hf-trickle-{client}")})
+            requests = server.requests.get("corpus.bin")
+        rows.append(_slow_row(f"1 byte/s server ({'libcurl' if client == 'auto' else client})", result, {}, requests))
+    return rows
+
+
+def rate_limited_hub_rows(args, work: str, folder: str, local: dict) -> list[str]:
+    """The Hub as huggingface.co serves large files (/resolve/ redirects to a CDN at signed
+    URLs), with and without a resolver budget spent by others (other ranks, other jobs of the
+    same account) when the stream starts: 3 /resolve/ requests per 20 s window, all used."""
+    from hub_server import LocalHub
+
+    rows = []
+    with LocalHub(token="hf_benchTOKEN") as hub:
+        env = _publish_to_hub(hub, folder, work)
+        hub.redirect = True
+        hub.latency = 0.025
+        refused, take = [0], hub._take_resolver_request
+
+        def counted():  # resolver requests answered 429
+            taken = take()
+            refused[0] += taken is not None and taken[1] < 0
+            return taken
+
+        hub._take_resolver_request = counted
+        for limit in (None, (3, 20.0)):
+            hub.resolver_limit = limit
+            if limit is not None:
+                for _ in range(limit[0]):  # the window's budget, spent
+                    hub._take_resolver_request()
+            first, refused[0] = len(hub.requests), 0
+            result = in_subprocess({"url": "hf://datasets/me/bench/corpus.bin", "samples": args.hub_limit_samples,
+                                    "tokens": True, "deadline": args.slow_deadline,
+                                    "hf_cache": os.path.join(work, f"hf-hublimit-{limit is not None}")}, env)
+            made = hub.requests[first:]
+            resolves = sum(1 for r in made if "/resolve/" in r["path"])
+            name = ("hub, CDN redirects" if limit is None
+                    else f"hub, CDN redirects, resolver budget of {limit[0]} per {limit[1]:.0f} s spent at start")
+            rows.append(_slow_row(name, result, local, len(hub.downloads_of("corpus.bin")),
+                                  f"; /resolve/ {resolves}, of which 429: {refused[0]}"))
+            hub.downloads.clear()
+    return rows
+
+
+def _publish_to_hub(hub, folder: str, work: str) -> dict:
+    """``folder`` as the dataset repo ``me/bench`` on ``hub``; the environment a row's process reads it with."""
+    from huggingface_hub import HfApi
+
+    env = {"HF_ENDPOINT": hub.url, "HF_HOME": os.path.join(work, "hf_home"), "HF_UPDATE_DOWNLOAD_COUNTS": "0",
+           "HF_HUB_DISABLE_PROGRESS_BARS": "1", "HF_HUB_OFFLINE": "0", "HF_TOKEN": "hf_benchTOKEN"}
+    os.environ.update(env)
+    import huggingface_hub.constants as constants
+
+    constants.ENDPOINT = hub.url
+    constants.HUGGINGFACE_CO_URL_TEMPLATE = hub.url + "/{repo_id}/resolve/{revision}/{filename}"
+    api = HfApi(endpoint=hub.url, token="hf_benchTOKEN")
+    api.create_repo("me/bench", repo_type="dataset")
+    api.upload_folder(repo_id="me/bench", repo_type="dataset", folder_path=folder)
+    return env
+
+
+def slow_servers(args) -> None:
+    """The rows of ``--slow-servers``: a table of their own (a time to the end or to an error,
+    whether the tokens are the local stream's), not rates against the local stream."""
+    work = tempfile.mkdtemp(prefix="mmidx-bench-slow-")
+    cases = args.slow_servers.split(",")
+    lines = []
+    if "overloaded-s3" in cases:
+        lines += overloaded_s3_rows(args, work)
+    if {"trickle", "rate-limited-hub"} & set(cases):
+        folder = os.path.join(work, "data")
+        prefix = make_corpus(folder, args.tokens)
+        local = in_subprocess({"url": prefix + ".bin", "samples": args.hub_limit_samples, "tokens": True,
+                               "hf_cache": os.path.join(work, "hf-local")})
+        if "trickle" in cases:
+            lines += trickle_rows(args, work, folder, prefix)
+        if "rate-limited-hub" in cases:
+            lines += rate_limited_hub_rows(args, work, folder, local)
+    print("| server | ended with | seconds | first sample (s) | tokens = local | GETs of the .bin | "
+          "fewest requests in flight |")
+    print("|---|---|---|---|---|---|---|")
+    print("\n".join(lines))
+    print("\nseconds: from load_dataset to the last sample or the error, one pass of Python rows; tokens = local:"
+          " the rows' tokens hash equal to the same samples of the local folder; fewest requests in flight: the"
+          " lowest the reader's limit went (request_queue.InFlight; 512 when no server was overloaded).")
+
+
 # --- the table -----------------------------------------------------------------------------------
 
 def main() -> None:
@@ -256,12 +431,22 @@ def main() -> None:
                         help="rows for passes of this many samples on the asyncio server (0: none)")
     parser.add_argument("--workers", type=int, default=4,
                         help="rows for whole passes through a DataLoader with 0 and this many workers (0: none)")
+    parser.add_argument("--slow-servers", default="",
+                        help="instead of the table: overloaded-s3, trickle, rate-limited-hub (comma-separated),"
+                             " each a row of time to the end or to an error")
+    parser.add_argument("--overload-tokens", type=float, default=150e6, help="corpus of the overloaded-s3 row")
+    parser.add_argument("--overload-samples", type=int, default=200, help="samples of the overloaded-s3 row")
+    parser.add_argument("--hub-limit-samples", type=int, default=1000, help="samples of the rate-limited-hub rows")
+    parser.add_argument("--slow-deadline", type=float, default=1800, help="seconds a slow-server row may take")
     parser.add_argument("--row", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.slow_servers and not args.row:
+        slow_servers(args)
+        return
     if args.row:
         spec = json.loads(args.row)
         result = (run_megatron(spec) if spec.get("megatron") else run_loader(spec) if "workers" in spec
-                  else run_row(spec))
+                  else run_tokens(spec) if spec.get("tokens") else run_row(spec))
         print(json.dumps(result))
         return
 

@@ -22,11 +22,13 @@ at a time, by requests whose file name contains the key):
     limit[name]    answers ``limit_status`` (429) with ``limit_headers`` (``Retry-After``,
                    ``RateLimit``...) this many times
     trickle[name]  sends the body one byte a second (headers at once), this many times
+    capacity       None, or the most requests answered at once: more get 503 at once, without
+                   ``Retry-After`` (an overloaded server); ``refused`` counts them
     ignore_if_match  True: ``If-Match`` is ignored (a changed file is served with its new ETag)
 Records: ``sent`` / ``unranged`` (bytes by file name), ``whole_files_sent``, ``requests``
 (file name -> number of GETs), ``statuses`` (file name -> list of statuses answered),
 ``encodings`` (``Accept-Encoding`` headers of GETs -> count), ``max_in_flight`` (the most
-requests answered at once).
+requests being answered or refused at once; settable, to measure again from 0).
 """
 
 from __future__ import annotations
@@ -95,7 +97,15 @@ class _RangeHandler(SimpleHTTPRequestHandler):
         with server.lock:
             server.in_flight += 1
             server.max_in_flight = max(server.max_in_flight, server.in_flight)
+            over = server.capacity is not None and server.in_flight > server.capacity
+            if over:
+                server.refused += 1
         try:
+            if over:
+                self.send_response(503)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
             self._answer(body)
         finally:
             with server.lock:
@@ -263,6 +273,7 @@ class RangeServer:
         httpd.shift_bytes = 4096
         httpd.limit_status, httpd.limit_headers = 429, {"Retry-After": "1"}
         httpd.ignore_if_match = False
+        httpd.capacity, httpd.refused = None, 0
         if ssl_context is not None:  # HTTPS: each connection's TLS handshake in its own thread
             httpd.socket = ssl_context.wrap_socket(httpd.socket, server_side=True, do_handshake_on_connect=False)
         scheme = "https" if ssl_context is not None else "http"
@@ -277,7 +288,7 @@ class RangeServer:
 
     def __setattr__(self, name, value):
         if name in ("latency", "bandwidth", "stall_seconds", "shift_bytes", "limit_status", "limit_headers",
-                    "ignore_if_match"):
+                    "ignore_if_match", "capacity", "max_in_flight"):
             setattr(self._httpd, name, value)
         else:
             super().__setattr__(name, value)

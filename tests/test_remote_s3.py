@@ -113,3 +113,23 @@ def test_an_object_rewritten_mid_run_is_refused(s3, folder):
         remote.read_pieces([4], [0], [3])
     np.testing.assert_array_equal(first, IndexedFile.open(folder / "data" / "books_text_document").read_pieces(
         [4], [0], [3]))
+
+
+def test_a_request_waiting_for_one_of_few_connections_does_not_time_out(s3, folder):
+    """A request's timeout runs from when it is sent, not while it waits for a connection: with
+    storage options of 2 pooled connections (botocore's own default is 10, fewer than the
+    requests in flight) and 0.3 s per request, 28 ranges take ~4 s, each 0.3 s once sent. A
+    timeout of 1.5 s without retries failed the read when it counted the wait."""
+    local = IndexedFile.open(str(folder / "data" / "web_text_document"))
+    ids = np.arange(3, 700, 25)  # far apart: a request each
+    offsets, lengths = np.zeros(len(ids), np.int64), local.sequence_lengths[ids].astype(np.int64)
+    options = {"s3": {**s3.storage_options["s3"], "config_kwargs": {"max_pool_connections": 2}}}
+    remote = IndexedFile.open("s3://corpus/tokens/web_text_document",
+                              opener=RemoteAccess(options, timeout=1.5, retries=0))
+    gets = s3.gets.get("tokens/web_text_document.bin", 0)
+    s3.latency = 0.3
+    try:
+        np.testing.assert_array_equal(remote.read_pieces(ids, offsets, lengths), local.read_pieces(ids, offsets, lengths))
+    finally:
+        s3.latency = 0.0
+    assert s3.gets["tokens/web_text_document.bin"] - gets >= 20  # as many requests, queued for 2 connections

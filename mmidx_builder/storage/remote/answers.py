@@ -164,6 +164,25 @@ def _is_date(version: str) -> bool:
     return not version.startswith(('"', "W/")) and "," in version and "GMT" in version
 
 
+# Statuses by which a server says it has more requests than it can answer now.
+_OVERLOAD_STATUSES = (429, 503, 504)
+
+
+def overloaded(error) -> bool:
+    """Whether ``error`` says the server is sent more requests than it can answer: a timeout,
+    a dropped, refused or cut connection, 429/503/504, an answer below the speed floor
+    (request_queue.InFlight sends fewer at once then)."""
+    if isinstance(error, (SlowBody, ShortBody, TimeoutError, asyncio.TimeoutError, ConnectionError)):
+        return True
+    if status_of(error) in _OVERLOAD_STATUSES:
+        return True
+    module, name = type(error).__module__ or "", type(error).__name__
+    # aiohttp's ServerDisconnectedError, ClientConnectorError, ClientPayloadError (a body cut
+    # off); botocore's ReadTimeoutError, EndpointConnectionError, ConnectionClosedError.
+    return module.startswith(("aiohttp", "botocore", "aiobotocore")) and any(
+        word in name for word in ("Connect", "Disconnected", "Payload", "Timeout"))
+
+
 def typed_error(obj: RemoteObject, start: int, stop: int, error, attempts: int):
     kind = classify(error)
     if kind == "changed":

@@ -6,8 +6,8 @@ sample), and it is bound by the client's CPU per request in one interpreter. aio
 objects); libcurl does the same in C, with a handful of Python calls around each request. The
 whole stream's CPU per request went from 86 to 54 us, 2,739 -> 3,114 samples/s (200M tokens,
 25 ms, benchmarks/bench_remote.py --http-clients auto,aiohttp). One thread drives every
-transfer of the process (``_Transfers``), up to REQUESTS_IN_FLIGHT at once, most urgent batch
-first, as the aiohttp path does; libcurl's event API tells it which sockets to watch.
+transfer of the process (``_Transfers``), up to REQUESTS_IN_FLIGHT at once (fewer while a server
+is overloaded: request_queue.InFlight), most urgent batch first, as the aiohttp path does; libcurl's event API tells it which sockets to watch.
 
 Only plain HTTP filesystems take this path: options this module does not translate (an
 aiohttp ``auth``, ``ssl``, cookies, a session factory) keep a filesystem on aiohttp
@@ -47,7 +47,7 @@ from .answers import SlowBody, check_answer, check_length
 from .http import HttpTarget, trusted_environment
 from .objects import RemoteObject
 from .process_state import per_process
-from .request_queue import REQUESTS_IN_FLIGHT, check_wanted, next_part
+from .request_queue import REQUESTS_IN_FLIGHT, InFlight, check_wanted, next_part
 from .server_waits import PAUSES
 from .request_queue import Batch as _RequestBatch  # the fields, answers and failures a batch has on either path
 
@@ -150,7 +150,7 @@ class _Transfers:
         import pycurl
 
         self.pycurl = pycurl
-        self.limit = limit
+        self.in_flight = InFlight(limit)
         self.lock = threading.Condition()
         self.waiting = []  # heap of (priority, arrival, batch)
         self.retrying = []  # heap of (due, arrival, batch, part, attempt)
@@ -221,7 +221,7 @@ class _Transfers:
         pycurl, multi = self.pycurl, self.multi
         while True:
             with self.lock:
-                while self.active < self.limit and (taken := self._next()) is not None:
+                while self.active < self.in_flight.now() and (taken := self._next()) is not None:
                     self._start(*taken)
                 wait = [d - time.monotonic() for d in (self.deadline, self.retrying[0][0] if self.retrying else None)
                         if d is not None]
@@ -276,7 +276,7 @@ class _Transfers:
         handle.setopt(pycurl.LOW_SPEED_TIME, max(1, round(batch.floor[1])))
         handle.setopt(pycurl.HEADERFUNCTION, transfer.header)
         handle.setopt(pycurl.WRITEFUNCTION, transfer.write)
-        handle.transfer = (batch, i, attempt, transfer)
+        handle.transfer = (batch, i, attempt, transfer, self.in_flight.cuts)
         self.multi.add_handle(handle)
         self.active += 1
 
@@ -295,7 +295,7 @@ class _Transfers:
     def _finish(self, handle, failure) -> None:
         """Under the lock: a transfer ended (``failure``: libcurl's (code, message), else None)."""
         pycurl = self.pycurl
-        batch, i, attempt, transfer = handle.transfer
+        batch, i, attempt, transfer, cuts = handle.transfer
         url = handle.getinfo(pycurl.EFFECTIVE_URL)
         handle.transfer = None
         handle.setopt(pycurl.PROXYUSERPWD, "")
@@ -318,11 +318,13 @@ class _Transfers:
             check_answer(obj, start, stop, transfer.status, transfer.headers, url, version)
             data = check_length(obj, start, stop, transfer.body())
         except Exception as error:  # noqa: BLE001 (classified by the batch)
+            self.in_flight.failed(error, cuts)
             again = batch.next_try(i, error, attempt)
             if again is not None:
                 delay, attempt = again
                 heapq.heappush(self.retrying, (time.monotonic() + delay, next(self.arrivals), batch, i, attempt))
             return
+        self.in_flight.answered()
         batch.answered(i, data)
 
 

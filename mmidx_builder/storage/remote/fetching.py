@@ -4,9 +4,11 @@ async API (S3), or a thread pool for synchronous filesystems."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import threading
 import time
+import weakref
 from collections import OrderedDict
 
 from ...errors import RemoteReadError
@@ -14,7 +16,7 @@ from . import curl
 from .answers import check_answer, check_length, classify, typed_error
 from .http import HttpTarget, trusted_environment
 from .objects import RemoteObject
-from .request_queue import Batch, backoff, check_wanted, pool, submit
+from .request_queue import REQUESTS_IN_FLIGHT, Batch, backoff, check_wanted, pool, submit
 
 _LOCK = threading.Lock()
 
@@ -22,6 +24,36 @@ _LOCK = threading.Lock()
 # when pycurl is installed and the filesystem's options allow, else through aiohttp; "aiohttp"
 # always through aiohttp.
 HTTP_CLIENT = "auto"
+
+
+_SLOTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # client -> asyncio.Semaphore or None
+
+
+def _pool_size(fs, session) -> int | None:
+    """The connections ``fs``'s client keeps (``session``: its aiohttp session or botocore
+    client), when that is fewer than the requests in flight; else None."""
+    size = None
+    if type(fs).__name__ == "S3FileSystem":
+        size = getattr(getattr(getattr(session, "meta", None), "config", None), "max_pool_connections", None)
+    elif hasattr(session, "connector"):
+        connector = session.connector
+        sizes = [n for n in (getattr(connector, "limit", 0), getattr(connector, "limit_per_host", 0)) if n]
+        size = min(sizes) if sizes else None
+    return size if isinstance(size, int) and 0 < size < REQUESTS_IN_FLIGHT else None
+
+
+def connection_slot(fs, session):
+    """Held around one request with its timeout inside: a request waits here, timeout not yet
+    running, while the client's connections are all busy. Without it, a client whose pool is
+    smaller than the requests in flight (``config_kwargs={"max_pool_connections": 10}``, as
+    botocore's default; an aiohttp session of 100) counted the wait for a connection in the
+    request's timeout: requests queued behind slow ones timed out unsent. access.options_for
+    sizes the pools to REQUESTS_IN_FLIGHT unless the storage options say otherwise."""
+    if session not in _SLOTS:
+        size = _pool_size(fs, session)
+        _SLOTS[session] = asyncio.Semaphore(size) if size else None
+    slots = _SLOTS[session]
+    return slots if slots is not None else contextlib.nullcontext()
 
 
 async def _get_async(fs, obj: RemoteObject, start: int, stop: int) -> bytes:
@@ -70,10 +102,14 @@ def fetch_async(access, fs, parts, dropped: threading.Event | None = None,
             target = targets.get((obj.url, id(route)))
             if target is None:
                 target = targets[obj.url, id(route)] = HttpTarget(fs, obj, route, environment, timeout, floor)
-            return await target.get(fs._session or await fs.set_session(), start, stop)
+            session = fs._session or await fs.set_session()
+            async with connection_slot(fs, session):
+                return await target.get(session, start, stop)
     else:
         async def send(obj, start, stop, route):
-            return await asyncio.wait_for(_get_async(fs, obj, start, stop), access.timeout)
+            session = await fs.set_session() if type(fs).__name__ == "S3FileSystem" else None
+            async with connection_slot(fs, session) if session is not None else contextlib.nullcontext():
+                return await asyncio.wait_for(_get_async(fs, obj, start, stop), access.timeout)
 
     batch = Batch(parts, send, access.retries, priority, dropped, access.max_wait)
     fs.loop.call_soon_threadsafe(submit, batch)

@@ -1,5 +1,6 @@
 """The process's ranged requests: batches queued by priority, at most REQUESTS_IN_FLIGHT in
-flight, each part retried with backoff while that is safe; read-ahead marked as such."""
+flight (fewer while a server is overloaded: InFlight), each part retried with backoff while
+that is safe; read-ahead marked as such."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ...errors import RemoteReadError
 from . import process_state
-from .answers import SlowBody, check_length, classify, typed_error
+from .answers import SlowBody, check_length, classify, overloaded, typed_error
 from .objects import RemoteObject
 from .process_state import per_process
 from .server_waits import MAX_WAIT_SECONDS, PAUSES, host_of
@@ -29,10 +30,15 @@ logger = logging.getLogger(__name__)
 # at 25 ms: 256 in flight gave 1,700 samples/s, 512 2,390, 1,024 1,640 (its cost per request
 # outgrew what it hid).
 REQUESTS_IN_FLIGHT = 512
+# Requests in flight at first (InFlight doubles them per round trip up to REQUESTS_IN_FLIGHT, 3
+# round trips, unless the server is overloaded): 512 sent at once to a server that cannot
+# answer them queue there until they time out, and it answers them all the same, to no one.
+FIRST_IN_FLIGHT = 64
 # Threads for synchronous filesystems (fsspec's without an async API): each holds a stack.
 THREADS_IN_FLIGHT = 128
 BACKOFF_SECONDS = 0.1  # doubled per attempt, jittered, at most BACKOFF_MAX_SECONDS
 BACKOFF_MAX_SECONDS = 4.0
+TIMER_SLACK = 0.005  # seconds a timer of the event loop may fire early
 _BACKGROUND = threading.local()  # .fetches: (dropped event, priority) of the fetches this thread makes (background_fetches)
 
 
@@ -69,6 +75,68 @@ def fetch_context() -> tuple:
     return getattr(_BACKGROUND, "fetches", None) or (None, 0)
 
 
+_LIMITS: "weakref.WeakSet" = weakref.WeakSet()  # every InFlight of this process
+
+
+def restore_in_flight() -> None:
+    """Every client's requests in flight as in a new process (a test's overloaded server does
+    not slow the next test's healthy one)."""
+    for limit in list(_LIMITS):
+        limit.restart()
+
+
+class InFlight:
+    """How many requests may be in flight now, between 1 and ``ceiling`` (REQUESTS_IN_FLIGHT),
+    as TCP sizes its window. It starts at FIRST_IN_FLIGHT and grows by one per answer (doubling
+    per round trip) to the ceiling, until a server shows it is sent more than it can answer
+    (answers.overloaded: a timeout, a dropped or refused connection, 429/503/504, an answer
+    below the speed floor): then it is halved, and from there grows by one per round trip's
+    worth of answers (``limit`` answers). A healthy server reaches the ceiling within a few
+    round trips and keeps it. moto at 25 ms with a 300 MB object (each ranged GET costs it a
+    copy of the object, ~0.25 s of one core), sent 512 at once, queued them until every one
+    timed out: 6,313 GETs delivered 197 KB in 394 s; the requests it had queued were still
+    answered, to no one, long after.
+
+    One round of failures is one signal: only a request sent after the last cut cuts again
+    (``cuts`` is read when a request is sent, :meth:`failed` is given it back), or the 512
+    timeouts of one overloaded round would take the limit to 1 at once. The limit is the
+    process's, all hosts together, as the queue is: the requests of one fetch go to one host."""
+
+    def __init__(self, ceiling: int):
+        self.ceiling = ceiling
+        self.cuts = 0
+        self.restart()
+        _LIMITS.add(self)
+
+    def restart(self) -> None:
+        self.limit = min(FIRST_IN_FLIGHT, self.ceiling)
+        self.doubling = True  # until the first overload signal
+        self.answers = 0  # since the limit last grew (after the first signal)
+
+    def now(self) -> int:
+        return self.limit
+
+    def answered(self) -> None:
+        if self.limit >= self.ceiling:
+            return
+        if self.doubling:
+            self.limit += 1
+            return
+        self.answers += 1
+        if self.answers >= self.limit:
+            self.limit, self.answers = self.limit + 1, 0
+
+    def failed(self, error, cuts_at_send: int) -> None:
+        """A request sent when :attr:`cuts` was ``cuts_at_send`` failed with ``error``."""
+        if cuts_at_send != self.cuts or not overloaded(error):
+            return
+        before = self.now()
+        self.limit, self.answers, self.doubling = max(1, self.limit // 2), 0, False
+        self.cuts += 1
+        logger.info(f"{type(error).__name__}: {error}: a server is overloaded; {before} -> {self.now()} requests "
+                    "in flight at once (grown back as answers come)")
+
+
 class Batch:
     """The requests of one fetch: sent by an event loop's :class:`Requests`, answered (every
     body, or the first error) through ``future``, which the calling thread waits on."""
@@ -89,23 +157,21 @@ class Batch:
         self.waited = {}  # part -> seconds it waited as servers asked
         self.slowed = set()  # parts an answer of was slower than the speed floor (answers.SlowBody)
 
-    async def request(self, i: int) -> None:
-        """Part i, retried with backoff while that is safe; its body, or the batch's error."""
+    async def request(self, i: int, attempt: int, in_flight: InFlight) -> tuple[float, int] | None:
+        """Attempt ``attempt`` of part i: None when it is over (the body kept, or the batch
+        failed), else ``(seconds to wait, next attempt)`` (next_try). ``in_flight`` hears of
+        the answer or the failure."""
         obj, start, stop, route = self.parts[i]
-        attempt = 0
-        while True:
-            try:
-                check_wanted(obj, start, stop, self.dropped)
-                data = check_length(obj, start, stop, await self.send(obj, start, stop, route))
-            except Exception as error:  # noqa: BLE001 (classified)
-                again = self.next_try(i, error, attempt)
-                if again is None:
-                    return
-                # The worker waits: a failing or rate-limiting server gets fewer requests at once.
-                delay, attempt = again
-                await asyncio.sleep(delay)
-                continue
-            return self.answered(i, data)
+        cuts = in_flight.cuts
+        try:
+            check_wanted(obj, start, stop, self.dropped)
+            data = check_length(obj, start, stop, await self.send(obj, start, stop, route))
+        except Exception as error:  # noqa: BLE001 (classified)
+            in_flight.failed(error, cuts)
+            return self.next_try(i, error, attempt)
+        in_flight.answered()
+        self.answered(i, data)
+        return None
 
     def answered(self, i: int, data: bytes) -> None:
         self.results[i] = data
@@ -170,7 +236,8 @@ class Batch:
 class Requests:
     """One event loop's ranged requests: at most ``limit`` in flight, all gathers together (the
     read-ahead makes several at once), so the requests and the memory they hold in the client
-    stay bounded. Waiting requests go out by batch, lowest priority first (the table a stream
+    stay bounded; fewer while a server is overloaded (``in_flight``: a worker beyond its limit
+    stops after its request, one more starts as it grows back). Waiting requests go out by batch, lowest priority first (the table a stream
     waits for, then gathers in the order the stream reads them), then by arrival.
 
     Sent by up to ``limit`` worker coroutines, each taking the next request when its last one is
@@ -179,29 +246,53 @@ class Requests:
     of many small ranges."""
 
     def __init__(self, limit: int):
-        self.limit = limit
+        self.in_flight = InFlight(limit)
         self.workers = 0
         self.waiting = []  # heap of (priority, arrival, batch)
+        self.retrying = []  # heap of (due, arrival, batch, part, attempt): a retry holds no worker while it waits
         self.arrivals = itertools.count()
 
     def submit(self, batch: Batch) -> None:
         """On the loop: queues the batch and starts the workers it can use."""
         heapq.heappush(self.waiting, (batch.priority, next(self.arrivals), batch))
+        self._start_workers(len(batch.parts))
+
+    def _start_workers(self, wanted: int) -> None:
         loop = asyncio.get_running_loop()
-        for _ in range(min(self.limit - self.workers, len(batch.parts))):
+        for _ in range(min(self.in_flight.now() - self.workers, wanted)):
             self.workers += 1
             loop.create_task(self._work())
 
+    def _next(self, now: float):
+        """(batch, part, attempt) to send now: a retry that is due, else the next waiting part; or None."""
+        while self.retrying and self.retrying[0][0] <= now:
+            _, _, batch, i, attempt = heapq.heappop(self.retrying)
+            if not batch.future.done():
+                return batch, i, attempt
+        taken = next_part(self.waiting)
+        return None if taken is None else (*taken, 0)
+
     async def _work(self) -> None:
+        loop, in_flight = asyncio.get_running_loop(), self.in_flight
         try:
-            while (taken := next_part(self.waiting)) is not None:
-                batch, i = taken
+            # A worker beyond the limit (cut: an overloaded server) stops after its request.
+            # A retry due within TIMER_SLACK is due: the wake-up call_later makes for it may come
+            # that much early (uvloop's timers are in milliseconds), and would find nothing to do.
+            while self.workers <= in_flight.now() and (taken := self._next(loop.time() + TIMER_SLACK)) is not None:
+                batch, i, attempt = taken
                 try:
-                    await batch.request(i)
+                    again = await batch.request(i, attempt, in_flight)
                 except BaseException as error:  # cancelled (the loop closes): the caller hears of it
                     batch.fail(error)
                     if not isinstance(error, Exception):
                         raise
+                    continue
+                if again is not None:
+                    delay, attempt = again
+                    heapq.heappush(self.retrying, (loop.time() + delay, next(self.arrivals), batch, i, attempt))
+                    loop.call_later(delay, self._start_workers, 1)
+                if self.workers < in_flight.now() and self.waiting:  # grown back: one more worker
+                    self._start_workers(1)
         finally:
             self.workers -= 1
 
