@@ -39,6 +39,13 @@ misbehave (issue 32 item 4): moto with a 300 MB object (each GET costs it a copy
 object), a 1 byte/s server (each HTTP client), the Hub's resolver budget spent at start; each
 row a time to the end or to the error, and whether the tokens are the local stream's.
 
+``--blend-prefixes 50`` prints another table instead: a Megatron blend of that many prefixes
+(``data_path``, ``split_ratios``, ``--blend-tokens`` tokens each) loaded from a local folder and
+from the threaded test server at each latency, each in a fresh process with its own index
+cache: seconds to the first sample, requests per prefix to open it (HEADs and GETs of the
+``.idx``, ``.bin`` and sidecar; the ``.bin``'s ranged GETs are samples, counted apart) and the
+most prefixes whose opening requests the server answered at once.
+
 moto answers each request with ~5-7 ms of Python, so its rows are bounded by moto (~200
 requests/s on this machine): the ``s3`` rows say little about real S3, whose request rate
 per prefix is in the thousands.
@@ -221,6 +228,99 @@ def run_tokens(spec: dict) -> dict:
                 "error": f"{type(error).__name__}: {error}"}
     return {"seconds": time.perf_counter() - started, "first": first, "samples": count,
             "digest": digest.hexdigest(), "fewest_in_flight": fewest[0]}
+
+
+def run_blend_row(spec: dict) -> dict:
+    """A blend's first sample from load_dataset on, then ``samples`` rows of train."""
+    from datasets import load_dataset
+
+    import mmidx_builder  # noqa: F401
+
+    started = time.perf_counter()
+    streams = load_dataset("mmidx", data_path=spec["data_path"], split_ratios="90,8,2",
+                           num_samples={"train": spec["samples"], "validation": 100, "test": 10}, seq_length=SEQ, streaming=True,
+                           cache_dir=spec["hf_cache"])
+    rows = iter(streams["train"])
+    next(rows)
+    first = time.perf_counter() - started
+    begin, count = time.perf_counter(), 1
+    for _ in rows:
+        count += 1
+        if count >= spec["samples"]:
+            break
+    return {"first": first, "rate": count / (time.perf_counter() - begin), "samples": count,
+            "peak_mb": _own_peak_mb()}
+
+
+def blend_table(args) -> None:
+    """The --blend-prefixes table: a blend of many prefixes, local and over HTTP at each latency."""
+    from range_server import RangeServer
+
+    work = tempfile.mkdtemp(prefix="mmidx-bench-blend-")
+    folder = os.path.join(work, "data")
+    names = []
+    for i in range(args.blend_prefixes):
+        name = f"part{i:03d}"
+        os.makedirs(folder, exist_ok=True)
+        make_corpus(folder, args.blend_tokens, seed=i)
+        for suffix in (".bin", ".idx"):
+            os.replace(os.path.join(folder, "corpus" + suffix), os.path.join(folder, name + suffix))
+        names.append(name)
+    samples = args.samples or 1000
+
+    def data_path(base):
+        return [token for i, name in enumerate(names) for token in (str(1 + i % 3), f"{base}/{name}")]
+
+    def row(base, label):
+        return in_subprocess({"blend_row": True, "data_path": data_path(base), "samples": samples, "url": label,
+                              "hf_cache": os.path.join(work, f"hf-{label}")})
+
+    # Rows taken in turn, --blend-repeats times, each row's fastest first sample kept: on a
+    # shared machine a single run of each is mostly noise.
+    latencies = [float(x) for x in args.latencies.split(",")]
+    best: dict = {}
+    with RangeServer(folder) as server:
+        for repeat in range(args.blend_repeats):
+            for latency in [None, *latencies]:
+                if latency is None:
+                    result, answered = row(folder, f"local-{repeat}"), None
+                else:
+                    server.latency = latency / 1000
+                    server.answered.clear()
+                    result, answered = row(server.url, f"http-{latency:g}-{repeat}"), list(server.answered)
+                kept = best.get(latency)
+                if kept is None or "error" in kept[0] or ("error" not in result and result["first"] < kept[0]["first"]):
+                    best[latency] = (result, answered)
+    table = [("local folder", "-", *best[None])]
+    table += [("http (threaded server)", latency, *best[latency]) for latency in latencies]
+    print(f"blend: {len(names)} prefixes of {args.blend_tokens / 1e6:g}M tokens (weights 1, 2, 3 in turn), "
+          f"split_ratios 90,8,2, num_samples train {samples:,} / validation 100 / test 10, seq_length {SEQ}; train: first sample, then {samples:,} rows; the fastest of {args.blend_repeats} runs per row\n")
+    print("| source | ms/request | first sample (s) | over local (s) | rows/s | opening requests per prefix "
+          "(HEAD .idx / GET .idx / HEAD .bin / sidecar) | .bin GETs | most prefixes opened at once | peak MB |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    local = table[0][2]
+    for name, latency, result, answered in table:
+        if "error" in result:
+            print(f"| {name} | {latency} | error: {result['error'][:80]} | | | | | | |")
+            continue
+        opening, gets, most = "-", "-", "-"
+        if answered is not None:
+            kinds = {}
+            for method, file, _, _ in answered:
+                kind = "sidecar" if file.endswith(".mmidx-info") else f"{method} {os.path.splitext(file)[1]}"
+                kinds[kind] = kinds.get(kind, 0) + 1
+            gets = f"{kinds.get('GET .bin', 0):,}"
+            opening = " / ".join(f"{kinds.get(k, 0) / len(names):.1f}" for k in ("HEAD .idx", "GET .idx", "HEAD .bin",
+                                                                                   "sidecar"))
+            spans = [(begin, end, os.path.splitext(file)[0]) for method, file, begin, end in answered
+                     if not (method == "GET" and file.endswith(".bin"))]
+            most = max(len({p for b, e, p in spans if b <= at < e}) for at, _, _ in spans)
+        over = "-" if result is local else f"{result['first'] - local['first']:+.2f}"
+        print(f"| {name} | {latency if latency == '-' else int(latency)} | {result['first']:.2f} | {over} | "
+              f"{result['rate']:,.0f} | {opening} | {gets} | {most} | {result['peak_mb']:.0f} |")
+    print("\nfirst sample: from load_dataset to the first train row (each run has its own datasets cache), the"
+          " fastest run's. opening requests: the server's HEADs and GETs per prefix, all splits together (sidecar: HEAD"
+          " and GET, none exists); .bin GETs: ranged reads of samples, all prefixes.")
 
 
 def in_subprocess(spec: dict, env: dict | None = None) -> dict:
@@ -438,6 +538,10 @@ def main() -> None:
     parser.add_argument("--overload-samples", type=int, default=200, help="samples of the overloaded-s3 row")
     parser.add_argument("--hub-limit-samples", type=int, default=1000, help="samples of the rate-limited-hub rows")
     parser.add_argument("--slow-deadline", type=float, default=1800, help="seconds a slow-server row may take")
+    parser.add_argument("--blend-prefixes", type=int, default=0,
+                        help="instead of the table above: a blend of this many prefixes, local and over HTTP")
+    parser.add_argument("--blend-tokens", type=float, default=1e6, help="tokens per prefix of --blend-prefixes")
+    parser.add_argument("--blend-repeats", type=int, default=3, help="runs of each --blend-prefixes row (the fastest kept)")
     parser.add_argument("--row", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.slow_servers and not args.row:
@@ -445,9 +549,13 @@ def main() -> None:
         return
     if args.row:
         spec = json.loads(args.row)
-        result = (run_megatron(spec) if spec.get("megatron") else run_loader(spec) if "workers" in spec
-                  else run_tokens(spec) if spec.get("tokens") else run_row(spec))
+        result = (run_megatron(spec) if spec.get("megatron") else run_blend_row(spec) if spec.get("blend_row")
+                  else run_loader(spec) if "workers" in spec else run_tokens(spec) if spec.get("tokens")
+                  else run_row(spec))
         print(json.dumps(result))
+        return
+    if args.blend_prefixes:
+        blend_table(args)
         return
 
     work = tempfile.mkdtemp(prefix="mmidx-bench-remote-")

@@ -28,7 +28,9 @@ at a time, by requests whose file name contains the key):
 Records: ``sent`` / ``unranged`` (bytes by file name), ``whole_files_sent``, ``requests``
 (file name -> number of GETs), ``statuses`` (file name -> list of statuses answered),
 ``encodings`` (``Accept-Encoding`` headers of GETs -> count), ``max_in_flight`` (the most
-requests being answered or refused at once; settable, to measure again from 0).
+requests being answered or refused at once; settable, to measure again from 0), ``answered``
+(every request, HEADs included: ``(method, file name, time received, time answered)`` on the
+monotonic clock, to count and overlap them).
 """
 
 from __future__ import annotations
@@ -94,6 +96,7 @@ class _RangeHandler(SimpleHTTPRequestHandler):
 
     def _serve(self, body: bool):
         server = self.server
+        received = time.monotonic()
         with server.lock:
             server.in_flight += 1
             server.max_in_flight = max(server.max_in_flight, server.in_flight)
@@ -110,6 +113,8 @@ class _RangeHandler(SimpleHTTPRequestHandler):
         finally:
             with server.lock:
                 server.in_flight -= 1
+                name = os.path.basename(self.path.split("?")[0])
+                server.answered.append((self.command, name, received, time.monotonic()))
 
     def _answer(self, body: bool):
         server = self.server
@@ -265,6 +270,7 @@ class RangeServer:
         httpd.logins = {}            # GETs by Authorization header (None: without one)
         httpd.statuses = {}          # statuses answered, by file name (0: dropped)
         httpd.in_flight = httpd.max_in_flight = 0  # requests being answered at once, and the most seen
+        httpd.answered = []          # (method, file name, received, answered) of every request
         httpd.latency, httpd.bandwidth = latency, bandwidth
         httpd.encodings = {}         # GETs by Accept-Encoding header
         httpd.fail, httpd.drop, httpd.cut, httpd.stall = {}, {}, {}, {}

@@ -13,10 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..sources import provenance
-from ..storage.files import is_remote
-from ..sources.indexed import IndexedFile, split_prefix
 from ..sources.token_source import Concatenated
-from .data_files import pair_data_files, ranged
+from .data_files import pair_data_files
+from .opened_files import indexed_files
 from .gpt_samples import GPTConfig, GPTSamplesBuilder, opened_samples
 from .plans import Plan
 from .pair_downloads import download_pairs
@@ -45,12 +44,11 @@ class MMIdxIndexed(GPTSamplesBuilder):
         return Plan.of(split, files, read_paths, self._identity(files), **self._sample_settings())
 
     def _token_facts(self, plan, dl_manager):
-        return provenance.tokenizer_facts([f for f in plan.files if f.endswith(".bin")], dl_manager, open)
+        return provenance.tokenizer_facts([f for f in plan.files if f.endswith(".bin")], dl_manager, open,
+                                          fetched=self.__dict__.setdefault("_sidecars", {}))
 
     @staticmethod
     def open_plan(plan: Plan, opener):
         paths = plan.read_paths
-        files = [IndexedFile.open(split_prefix(idx), idx_path=idx, bin_path=bin_,
-                                  opener=ranged(opener) if is_remote(bin_) else None, cache_dir=plan["index_cache_dir"])
-                 for bin_, idx in zip(paths[0::2], paths[1::2])]
+        files = indexed_files(list(zip(paths[1::2], paths[0::2])), opener, plan["index_cache_dir"])
         return opened_samples(Concatenated(files), plan, files)

@@ -26,13 +26,12 @@ from ..storage.files import is_remote
 from .card_checksums import verify_against_card
 from ..dtypes import common_token_dtype
 from ..errors import ParameterError
-from ..sources.indexed import IndexedFile, split_prefix
 from ..megatron.args import BLEND_SETTINGS, SETTINGS, Resolution, resolve
 from ..megatron.plan import all_prefixes
 from ..megatron.splits import build_split, split_samples
 from .pair_downloads import download_pairs
 from ..sources.token_source import Concatenated
-from .data_files import ranged
+from .opened_files import indexed_files
 from .gpt_samples import GPTConfig, GPTSamplesBuilder, structure_columns
 from .plans import OpenedSplit, Plan, opened_split
 from .tables import fixed_size_lists, sample_features
@@ -186,17 +185,15 @@ class MMIdxMegatron(GPTSamplesBuilder):
                 "ratio": split.ratio, "num_samples": [p.num_samples for p in split.parts]}
 
     def _token_facts(self, plan, dl_manager):
-        return provenance.tokenizer_facts([bin_path for _, bin_path, _ in plan.read_paths], dl_manager, open)
+        return provenance.tokenizer_facts([bin_path for _, bin_path, _ in plan.read_paths], dl_manager, open,
+                                          fetched=self.__dict__.setdefault("_sidecars", {}))
 
     @staticmethod
     def open_plan(plan: Plan, opener) -> OpenedSplit:
-        sources, files = {}, []
-        for prefix, bin_path, idx_path in plan.read_paths:
-            remote = is_remote(bin_path)
-            files.append(IndexedFile.open(split_prefix(idx_path), idx_path=idx_path, bin_path=bin_path,
-                                          opener=ranged(opener) if remote else None,
-                                          cache_dir=plan["index_cache_dir"]))
-            sources[prefix] = Concatenated([files[-1]])
+        # Every prefix's pair at once, and a prefix another split of the blend opened is not opened again.
+        files = indexed_files([(idx_path, bin_path) for _, bin_path, idx_path in plan.read_paths], opener,
+                              plan["index_cache_dir"])
+        sources = {prefix: Concatenated([f]) for (prefix, _, _), f in zip(plan.read_paths, files)}
         built = build_split(plan["split_plan"], sources, cache_dir=plan["index_cache_dir"], **dict(plan["sampling"]))
         dtype = np.dtype(plan["dtype"]) if plan["dtype"] else built.dtype
         features = sample_features(dtype, built.sample_length, plan["document_structure"])

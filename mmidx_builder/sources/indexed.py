@@ -45,7 +45,7 @@ from ..storage.files import (TEMPORARY_MARK, WriterLock,  # noqa: F401  (TEMPORA
                             file_identity, remove_quietly, temporary_path, temporary_stem)
 from ..storage.files import remove_stale_temporaries as remove_stale_files
 from ..storage.mapped import MappedFile
-from ..storage.pairs import check_partners, open_pair  # noqa: F401  (check_partners: callers find it here)
+from ..storage.pairs import OpenedPair, check_partners, open_pair, open_pairs  # noqa: F401  (check_partners: callers find it here)
 from ..dtypes import DTYPE_TABLES, FAIRSEQ_DTYPES, MEGATRON_DTYPES, Flavour, dtype_code, smallest_dtype, writer_dtype  # noqa: F401
 from ..errors import FormatError, MissingPartnerError, ParameterError
 from .token_source import check_pieces, combined_identity, first_bad, lengths_fingerprint
@@ -225,7 +225,20 @@ class IndexedFile:
         """
         prefix = split_prefix(path)
         idx_path, bin_path = idx_path or prefix + ".idx", bin_path or prefix + ".bin"
-        opened = open_pair(idx_path, bin_path, opener, expected_identities)
+        return cls._of_opened(prefix, open_pair(idx_path, bin_path, opener, expected_identities), idx_path,
+                              bin_path, cache_dir)
+
+    @classmethod
+    def open_all(cls, pairs: list[tuple[str, str]], *, opener=None, cache_dir: str | os.PathLike | None = None
+                 ) -> list["IndexedFile"]:
+        """:meth:`open` of every ``(idx_path, bin_path)``, in order, the remote ones all at once:
+        their sizes, then their indices, each one round trip for the lot (storage.pairs.open_pairs),
+        where opening them one by one waited for each in turn."""
+        return [cls._of_opened(split_prefix(idx_path), opened, idx_path, bin_path, cache_dir)
+                for opened, (idx_path, bin_path) in zip(open_pairs(pairs, opener), pairs)]
+
+    @classmethod
+    def _of_opened(cls, prefix: str, opened: OpenedPair, idx_path: str, bin_path: str, cache_dir) -> "IndexedFile":
         head = min(opened.index.size, MEGATRON_HEADER_SIZE)
         header = parse_header(opened.index.read(0, head, np.uint8).tobytes(), opened.index.size, idx_path)
         index, reader = opened.index, opened.bin_reader(header.dtype)

@@ -211,10 +211,30 @@ def _fetch_sidecar(bin_path: str, dl_manager, opener) -> dict | None:
     return _of_this_pair(fields, pair, path, idx, opener)
 
 
-def tokenizer_facts(files, dl_manager=None, opener=open) -> dict:
+# Remote sidecars fetched at once when streaming: a round trip or two each, for every prefix of a blend.
+SIDECAR_THREADS = 32
+
+
+def tokenizer_facts(files, dl_manager=None, opener=open, fetched: dict | None = None) -> dict:
     """What the sidecars of ``files`` (the .bin files of a split) agree on: tokenizer,
-    vocab_size, eod_id, append_eod; all None unless every file has a sidecar and they agree."""
-    return _common([_fetch_sidecar(f, dl_manager, opener) for f in files])
+    vocab_size, eod_id, append_eod; all None unless every file has a sidecar and they agree.
+
+    ``fetched`` ({file: its sidecar's fields or None}) keeps what was fetched, for the other
+    splits of a blend, which share files. Remote sidecars are fetched all at once when
+    streaming (a download manager that downloads is left to do one at a time)."""
+    fetched = {} if fetched is None else fetched
+    todo = [f for f in dict.fromkeys(map(str, files)) if f not in fetched]
+    remote = [f for f in todo if is_remote(f)] if dl_manager is None or getattr(dl_manager, "is_streaming", False) \
+        else []
+    if len(remote) > 1:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(min(SIDECAR_THREADS, len(remote)), thread_name_prefix="mmidx-sidecars") as threads:
+            fetched.update(zip(remote, threads.map(lambda f: _fetch_sidecar(f, dl_manager, opener), remote)))
+    for f in todo:
+        if f not in fetched:
+            fetched[f] = _fetch_sidecar(f, dl_manager, opener)
+    return _common([fetched[str(f)] for f in files])
 
 
 def raw_facts(n_bytes: int) -> dict:

@@ -36,11 +36,36 @@ def open_pair(idx_path: str, bin_path: str, opener=None,
     cache) and with default settings when no opener is given; local ones memory-mapped, and
     refused when replaced since ``expected_identities`` were taken; anything else through
     ``opener``. A missing partner is a MissingPartnerError naming it."""
-    access = remote_access_for(opener, bin_path)
-    if access is not None:
-        idx, bin_object = access.open_pair(idx_path, bin_path)
-        return OpenedPair(IndexInMemory(idx if isinstance(idx, mmap.mmap) else bytes(idx), idx_path),
-                          lambda dtype: RemoteBinReader(bin_path, dtype, access, bin_object))
+    return open_pairs([(idx_path, bin_path)], opener, [expected_identities])[0]
+
+
+def open_pairs(pairs: list[tuple[str, str]], opener=None, expected_identities=None) -> list[OpenedPair]:
+    """:func:`open_pair` of every ``(idx_path, bin_path)`` (with ``expected_identities[i]``),
+    in order; the remote pairs read by one RemoteAccess are opened all at once (their sizes,
+    then their indices, each a round trip for all: RemoteAccess.open_pairs)."""
+    expected_identities = list(expected_identities or [None] * len(pairs))
+    opened: list[OpenedPair | None] = [None] * len(pairs)
+    remote: dict[object, list[int]] = {}
+    for i, (idx_path, bin_path) in enumerate(pairs):
+        access = remote_access_for(opener, bin_path)
+        if access is not None:
+            remote.setdefault(access, []).append(i)
+    for access, members in remote.items():
+        for i, (idx, bin_object) in zip(members, access.open_pairs([pairs[i] for i in members])):
+            idx_path, bin_path = pairs[i]
+            opened[i] = OpenedPair(IndexInMemory(idx if isinstance(idx, mmap.mmap) else bytes(idx), idx_path),
+                                   _remote_reader(bin_path, access, bin_object))
+    for i, (idx_path, bin_path) in enumerate(pairs):
+        if opened[i] is None:
+            opened[i] = _open_local(idx_path, bin_path, opener, expected_identities[i])
+    return opened
+
+
+def _remote_reader(bin_path: str, access, bin_object) -> Callable[[np.dtype], BinReader]:
+    return lambda dtype: RemoteBinReader(bin_path, dtype, access, bin_object)
+
+
+def _open_local(idx_path: str, bin_path: str, opener, expected_identities) -> OpenedPair:
     check_partners(idx_path, bin_path, opener)
     expected_idx, expected_bin = expected_identities or (None, None)
     index = _open_idx(idx_path, opener, expected_idx)

@@ -21,7 +21,7 @@ from .block_cache import cache_for
 from .fetching import fetch_async, fetch_threads
 from .http import http_client, io_loop
 from .hub_routes import HubRoute
-from .index_files import index_bytes
+from .index_files import IN_MEMORY_BYTES, index_bytes
 from .objects import RemoteObject
 from .request_queue import REQUESTS_IN_FLIGHT, backoff, fetch_context, pool
 from .server_waits import MAX_WAIT_SECONDS, PAUSES, asked_wait, host_of
@@ -164,11 +164,20 @@ class RemoteAccess:
             version = lfs["sha256"]
         return RemoteObject(url, int(size), version, info.get("VersionId") or None)
 
-    def stat_many(self, urls: list[str]) -> list[RemoteObject]:
-        """:meth:`stat` of every URL, many in flight (a folder of raw files)."""
+    def stat_many(self, urls: list[str], missing_ok: bool = False) -> list[RemoteObject | None]:
+        """:meth:`stat` of every URL, many in flight (a folder of raw files, a blend's pairs);
+        with ``missing_ok``, None for a file that does not exist."""
+        def stat(url: str) -> RemoteObject | None:
+            try:
+                return self.stat(url)
+            except FileNotFoundError:
+                if not missing_ok:
+                    raise
+                return None
+
         if len(urls) < 2:
-            return [self.stat(u) for u in urls]
-        return list(pool().map(self.stat, urls))
+            return [stat(u) for u in urls]
+        return list(pool().map(stat, urls))
 
     def fetch(self, objects: list[RemoteObject], starts, stops) -> list[bytes]:
         """Bytes ``[starts[i], stops[i])`` of ``objects[i]`` for every i, all requested at once
@@ -248,19 +257,28 @@ class RemoteAccess:
         """The ``.idx``'s bytes (index_files.index_bytes: in memory when small, else mapped from
         a copy on disk) and the ``.bin``'s object; a missing file of the pair is a
         MissingPartnerError naming it."""
-        found = {}
-        for url in (idx_url, bin_url):
-            try:
-                found[url] = self.stat(url)
-            except FileNotFoundError:
-                found[url] = None
-        if found[idx_url] is None and found[bin_url] is None:
-            raise MissingPartnerError(idx_url[:-4], "files", f"{idx_url} and {bin_url}", "neither exists")
-        for present, missing in ((idx_url, bin_url), (bin_url, idx_url)):
-            if found[missing] is None:
-                raise MissingPartnerError(missing, "file", "the partner of " + present, "no such file",
-                                          hint="a .bin/.idx pair needs both files")
-        return index_bytes(self, found[idx_url]), found[bin_url]
+        return self.open_pairs([(idx_url, bin_url)])[0]
+
+    def open_pairs(self, pairs: list[tuple[str, str]]) -> list[tuple[object, RemoteObject]]:
+        """:meth:`open_pair` of every ``(idx_url, bin_url)``, all at once: every file's size and
+        version asked for together, then every small ``.idx`` fetched in one gather (all its
+        requests in flight at once). A blend of 50 prefixes opened one after another waited
+        ~5 round trips per prefix in series; this is two round trips for all of them."""
+        urls = [url for pair in pairs for url in pair]
+        found = dict(zip(urls, self.stat_many(urls, missing_ok=True)))
+        for idx_url, bin_url in pairs:
+            if found[idx_url] is None and found[bin_url] is None:
+                raise MissingPartnerError(idx_url[:-4], "files", f"{idx_url} and {bin_url}", "neither exists")
+            for present, missing in ((idx_url, bin_url), (bin_url, idx_url)):
+                if found[missing] is None:
+                    raise MissingPartnerError(missing, "file", "the partner of " + present, "no such file",
+                                              hint="a .bin/.idx pair needs both files")
+        indices = [found[idx_url] for idx_url, _ in pairs]
+        small = [i for i, idx in enumerate(indices) if 0 < idx.size <= IN_MEMORY_BYTES]
+        data = dict(zip(small, self.fetch([indices[i] for i in small], [0] * len(small),
+                                          [indices[i].size for i in small]))) if small else {}
+        return [(data[i] if i in data else index_bytes(self, indices[i]), found[bin_url])
+                for i, (_, bin_url) in enumerate(pairs)]
 
 
 def _resolved(route: HubRoute, url: str) -> tuple[str, dict]:
