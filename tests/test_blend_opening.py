@@ -124,3 +124,29 @@ def test_remote_pairs_listed_in_data_files_open_all_at_once(blend_folder, tmp_pa
     # indices fetched together are what shows the pairs opened at once.)
     indices = [request for request in answered if request[0] == "GET" and request[1].endswith(".idx")]
     assert most_prefixes_at_once(indices, (".idx",)) >= PREFIXES // 2, answered
+
+
+def test_the_prefixes_of_one_table_are_read_at_once(blend_folder, tmp_path):
+    """One call for the tokens of rows drawn from every prefix reads the prefixes together:
+    one after another, each prefix's read waited its own round trips (a 50-prefix blend's
+    table waited 50 in series)."""
+    from mmidx_builder.megatron import plan as mplan
+    from mmidx_builder.megatron.splits import build_split, split_samples
+    from mmidx_builder.sources.indexed import IndexedFile
+
+    plans = mplan.megatron_plan(data_path=blend(str(blend_folder)), split_ratios="1", num_samples={"train": 300})
+    local = {p: IndexedFile.open(p) for p in mplan.all_prefixes(plans)}
+    expected, expected_ids, _ = split_samples(build_split(plans["train"], local, seq_length=SEQ, seed=3), np.arange(300))
+    with RangeServer(blend_folder, latency=0.05) as server:
+        remote_plans = mplan.megatron_plan(data_path=blend(server.url), split_ratios="1", num_samples={"train": 300})
+        remote = {p: IndexedFile.open(p) for p in mplan.all_prefixes(remote_plans)}
+        built = build_split(remote_plans["train"], remote, seq_length=SEQ, seed=3)
+        server.answered.clear()
+        tokens, dataset_ids, _ = split_samples(built, np.arange(300))
+        reads = [request for request in server.answered if request[0] == "GET" and request[1].endswith(".bin")]
+    np.testing.assert_array_equal(tokens, expected)
+    np.testing.assert_array_equal(dataset_ids, expected_ids)
+    assert len(set(dataset_ids.tolist())) == PREFIXES
+    spans = [(received, done, name.partition("_text_document")[0]) for _, name, received, done in reads]
+    most = max(len({prefix for begin, end, prefix in spans if begin <= at < end}) for at, _, _ in spans)
+    assert most >= 3, (most, reads)  # one after another: 1

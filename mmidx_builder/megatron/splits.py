@@ -13,6 +13,7 @@ Pure numpy; nothing here imports ``datasets``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import warnings
 from dataclasses import dataclass
 
@@ -22,6 +23,7 @@ from . import sampling
 from ..dtypes import cast_tokens, common_token_dtype
 from ..errors import ParameterError
 from ..sources.token_source import SequenceRange, TokenSource
+from ..storage.remote import concurrently
 from .plan import SplitPlan, normalize, per_dataset_size, sequence_range
 from .blending_indices import BlendingIndices, load_or_build_blending_indices
 
@@ -132,11 +134,20 @@ def split_samples(built: BuiltSplit, positions, document_structure: bool = False
     tokens = np.empty((len(positions), built.sample_length), built.dtype if dtype is None else dtype)
     position_ids = np.empty((len(positions), built.sample_length), np.int32) if document_structure else None
     piece_lengths: list = [None] * len(positions) if document_structure else None
-    for d in np.unique(datasets).tolist():
-        rows = np.flatnonzero(datasets == d)
-        source, indices = built.sources[d], built.indices[d]
-        tokens[rows] = cast_tokens(sampling.assemble_samples(source, indices, samples[rows]), dtype)
+    used = np.unique(datasets).tolist()
+    rows_of = {d: np.flatnonzero(datasets == d) for d in used}
+
+    def gather(d):
+        return cast_tokens(sampling.assemble_samples(built.sources[d], built.indices[d], samples[rows_of[d]]), dtype)
+
+    # Remote prefixes' reads wait on round trips: all the prefixes of these rows at once.
+    remote = any(getattr(built.sources[d], "remote", False) for d in used)
+    gathered = concurrently([functools.partial(gather, d) for d in used]) if remote else map(gather, used)
+    for d, part in zip(used, gathered):
+        rows = rows_of[d]
+        tokens[rows] = part
         if document_structure:
+            source, indices = built.sources[d], built.indices[d]
             ids, pieces = sampling.document_structure(indices, source.sequence_lengths, samples[rows])
             position_ids[rows] = ids
             for row, piece in zip(rows.tolist(), pieces):

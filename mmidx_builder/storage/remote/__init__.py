@@ -51,7 +51,7 @@ from .block_cache import BlockCache
 from .objects import RemoteObject
 from .planning import MERGE_BUDGET, MERGE_GAP_BYTES, plan_runs, read_ranges
 from .reader import RemoteBinReader
-from .request_queue import background_fetches
+from .request_queue import background_fetches, concurrently
 
 __all__ = ["MERGE_BUDGET", "MERGE_GAP_BYTES", "BlockCache", "RemoteAccess", "RemoteBinReader", "RemoteObject",
-           "background_fetches", "plan_runs", "read_ranges", "remote_access_for"]
+           "background_fetches", "concurrently", "plan_runs", "read_ranges", "remote_access_for"]

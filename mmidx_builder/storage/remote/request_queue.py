@@ -75,6 +75,28 @@ def fetch_context() -> tuple:
     return getattr(_BACKGROUND, "fetches", None) or (None, 0)
 
 
+# Threads for gathers from several files made at once (concurrently): each waits on round trips.
+CONCURRENT_GATHERS = 16
+
+
+def concurrently(calls: list) -> list:
+    """``[call() for call in calls]``, the calls made at once in threads of this process, each
+    with the caller's fetch context (background_fetches: its priority and its drop still apply).
+    For reads of several remote files that one table needs: one after another, each would wait
+    its own round trips (a blend of 50 prefixes: 50 round trips a table)."""
+    if len(calls) < 2:
+        return [call() for call in calls]
+    dropped, priority = fetch_context()
+
+    def run(call):
+        with background_fetches(dropped, priority) if dropped is not None else contextlib.nullcontext():
+            return call()
+
+    pool = per_process("concurrent-gathers",
+                       lambda: ThreadPoolExecutor(CONCURRENT_GATHERS, thread_name_prefix="mmidx-gathers"))
+    return list(pool.map(run, calls))
+
+
 _LIMITS: "weakref.WeakSet" = weakref.WeakSet()  # every InFlight of this process
 
 
