@@ -21,7 +21,8 @@ from .block_cache import cache_for
 from .fetching import fetch_async, fetch_threads
 from .http import http_client, io_loop
 from .hub_routes import HubRoute
-from .index_files import IN_MEMORY_BYTES, index_bytes
+from . import index_files
+from .index_files import index_bytes
 from .objects import RemoteObject
 from .request_queue import REQUESTS_IN_FLIGHT, backoff, fetch_context, pool
 from .server_waits import MAX_WAIT_SECONDS, PAUSES, asked_wait, host_of
@@ -274,7 +275,8 @@ class RemoteAccess:
                     raise MissingPartnerError(missing, "file", "the partner of " + present, "no such file",
                                               hint="a .bin/.idx pair needs both files")
         indices = [found[idx_url] for idx_url, _ in pairs]
-        small = [i for i, idx in enumerate(indices) if 0 < idx.size <= IN_MEMORY_BYTES]
+        # index_files' bound read at the call (settable, as index_bytes reads it).
+        small = [i for i, idx in enumerate(indices) if 0 < idx.size <= index_files.IN_MEMORY_BYTES]
         data = dict(zip(small, self.fetch([indices[i] for i in small], [0] * len(small),
                                           [indices[i].size for i in small]))) if small else {}
         return [(data[i] if i in data else index_bytes(self, indices[i]), found[bin_url])
