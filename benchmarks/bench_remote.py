@@ -611,18 +611,7 @@ def main() -> None:
 
     if "hub" in backends:
         with LocalHub(token="hf_benchTOKEN") as hub:
-            from huggingface_hub import HfApi
-
-            env = {"HF_ENDPOINT": hub.url, "HF_HOME": os.path.join(work, "hf_home"), "HF_UPDATE_DOWNLOAD_COUNTS": "0",
-                   "HF_HUB_DISABLE_PROGRESS_BARS": "1", "HF_HUB_OFFLINE": "0", "HF_TOKEN": "hf_benchTOKEN"}
-            os.environ.update(env)
-            import huggingface_hub.constants as constants
-
-            constants.ENDPOINT = hub.url
-            constants.HUGGINGFACE_CO_URL_TEMPLATE = hub.url + "/{repo_id}/resolve/{revision}/{filename}"
-            api = HfApi(endpoint=hub.url, token="hf_benchTOKEN")
-            api.create_repo("me/bench", repo_type="dataset")
-            api.upload_folder(repo_id="me/bench", repo_type="dataset", folder_path=folder)
+            env = _publish_to_hub(hub, folder, work)
             for latency in latencies:
                 hub.latency = latency / 1000
                 hub.downloads.clear()
