@@ -38,6 +38,7 @@ uses this module.
 from __future__ import annotations
 
 import errno
+import functools
 import json
 import logging
 import os
@@ -211,10 +212,6 @@ def _fetch_sidecar(bin_path: str, dl_manager, opener) -> dict | None:
     return _of_this_pair(fields, pair, path, idx, opener)
 
 
-# Remote sidecars fetched at once when streaming: a round trip or two each, for every prefix of a blend.
-SIDECAR_THREADS = 32
-
-
 def tokenizer_facts(files, dl_manager=None, opener=open, fetched: dict | None = None) -> dict:
     """What the sidecars of ``files`` (the .bin files of a split) agree on: tokenizer,
     vocab_size, eod_id, append_eod; all None unless every file has a sidecar and they agree.
@@ -227,10 +224,10 @@ def tokenizer_facts(files, dl_manager=None, opener=open, fetched: dict | None = 
     remote = [f for f in todo if is_remote(f)] if dl_manager is None or getattr(dl_manager, "is_streaming", False) \
         else []
     if len(remote) > 1:
-        from concurrent.futures import ThreadPoolExecutor
+        from ..storage.remote import concurrently
 
-        with ThreadPoolExecutor(min(SIDECAR_THREADS, len(remote)), thread_name_prefix="mmidx-sidecars") as threads:
-            fetched.update(zip(remote, threads.map(lambda f: _fetch_sidecar(f, dl_manager, opener), remote)))
+        fetched.update(zip(remote, concurrently([functools.partial(_fetch_sidecar, f, dl_manager, opener)
+                                                  for f in remote])))
     for f in todo:
         if f not in fetched:
             fetched[f] = _fetch_sidecar(f, dl_manager, opener)
