@@ -14,6 +14,9 @@ import shutil
 import ssl
 import subprocess
 import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -514,6 +517,56 @@ def test_a_stream_through_a_cache_holding_the_whole_file_reads_it_without_backgr
         assert sum(server.requests.values()) == requests and not calls
     np.testing.assert_array_equal(first, local)
     np.testing.assert_array_equal(second, local)
+
+
+class _SlowStore:
+    """fetch_remote of a file held in memory, 0.2 s a call; ``fail`` calls raise first."""
+
+    def __init__(self, data: bytes, fail: int = 0):
+        self.data, self.fail, self.requested, self.lock = data, fail, [], threading.Lock()
+
+    def fetch_remote(self, objects, starts, stops):
+        with self.lock:
+            self.requested.extend(zip(starts, stops))
+            failing, self.fail = self.fail > 0, self.fail - 1
+        time.sleep(0.2)
+        if failing:
+            raise OSError("the server hung up")
+        return [self.data[a:b] for a, b in zip(starts, stops)]
+
+
+def test_a_block_missing_for_several_threads_at_once_is_fetched_once(tmp_path):
+    """A read-ahead and the reader (or two gathers) missing one block fetch it once: a second
+    fetch would cost its bytes again, and one dropped midway is a stray partial transfer."""
+    from mmidx_builder.storage.remote import RemoteObject
+
+    data = bytes(range(256)) * 40
+    obj = RemoteObject("http://example/x.bin", len(data), "etag")
+    cache, store = BlockCache(str(tmp_path), block_bytes=1000), _SlowStore(data)
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda _: cache.fetch(store, [obj], [1500], [3500]), range(4)))
+    assert got == [[data[1500:3500]]] * 4
+    assert store.requested == [(1000, 4000)]
+
+
+def test_a_thread_waiting_for_a_block_whose_fetch_failed_fetches_it_itself(tmp_path):
+    from mmidx_builder.storage.remote import RemoteObject
+
+    data = bytes(range(256)) * 40
+    obj = RemoteObject("http://example/x.bin", len(data), "etag")
+    cache, store = BlockCache(str(tmp_path), block_bytes=1000), _SlowStore(data, fail=1)
+
+    def read(_):
+        try:
+            return cache.fetch(store, [obj], [1500], [3500])
+        except OSError as error:
+            return error
+
+    with ThreadPoolExecutor(3) as pool:
+        got = list(pool.map(read, range(3)))
+    errors = [g for g in got if isinstance(g, OSError)]
+    assert len(errors) == 1 and all(g == [data[1500:3500]] for g in got if g not in errors)
+    assert store.requested == [(1000, 4000)] * 2  # the failed fetch, then one by a waiter
 
 
 def test_eviction_removes_the_oldest_blocks_first(tmp_path):

@@ -54,6 +54,10 @@ class BlockCache:
         # content key -> block numbers this process saw on disk (its folder is listed once,
         # then blocks mapped or stored are added): holds_whole without a stat per block.
         self._present: dict[str, set] = {}
+        # (content key, block) -> the _Fetching of the thread fetching it now: a block missing
+        # for two threads at once (a read-ahead and the reader, two workers' gathers) is
+        # fetched once, and the other thread takes its bytes.
+        self._fetching: dict[tuple[str, int], _Fetching] = {}
 
     def _blocks(self, obj: RemoteObject) -> int:
         return -(-obj.size // self.block_bytes)
@@ -173,28 +177,66 @@ class BlockCache:
             batch = keys[first:first + per_batch]
             data = {k: self._mapped(objs[k[0]], k[1]) for k in batch}
             missing = [k for k in batch if data[k] is None]
-            if missing:
-                # Neighbouring missing blocks of one file become one request.
-                requests, members = [], []
-                for k in missing:
-                    if requests and members[-1][-1][0] == k[0] and members[-1][-1][1] == k[1] - 1:
-                        members[-1].append(k)
-                        continue
-                    requests.append(k)
-                    members.append([k])
-                fetched = access.fetch_remote(
-                    [objs[g[0][0]] for g in members], [g[0][1] * block for g in members],
-                    [min(objs[g[-1][0]].size, (g[-1][1] + 1) * block) for g in members])
-                for group, payload in zip(members, fetched):
-                    view = memoryview(payload)
-                    for j, k in enumerate(group):
-                        data[k] = view[j * block:j * block + self._block_length(objs[k[0]], k[1])]
-                        self._store(objs[k[0]], k[1], data[k])
+            while missing:
+                mine, theirs = self._claim(objs, missing)
+                try:
+                    self._fetch_blocks(access, objs, mine, data)
+                finally:
+                    self._release(objs, mine, data)
+                for k, fetching in theirs.items():
+                    fetching.done.wait()
+                    data[k] = fetching.data if fetching.data is not None else self._mapped(objs[k[0]], k[1])
+                # A block whose fetcher failed (or was dropped) is this thread's to fetch.
+                missing = [k for k in theirs if data[k] is None]
             for k in batch:
                 source = data[k]
                 for i, at, offset, n in segments[k]:
                     outputs[i][at:at + n] = source[offset:offset + n]
         return outputs
+
+    def _claim(self, objs, missing) -> tuple[list, dict]:
+        """Splits ``missing`` blocks into those this thread fetches (now marked as fetching)
+        and those another thread is fetching (key -> its _Fetching)."""
+        mine, theirs = [], {}
+        with self._lock:
+            for k in missing:
+                key = (objs[k[0]].content_key, k[1])
+                if key in self._fetching:
+                    theirs[k] = self._fetching[key]
+                else:
+                    self._fetching[key] = _Fetching()
+                    mine.append(k)
+        return mine, theirs
+
+    def _release(self, objs, mine, data) -> None:
+        """Hands the blocks this thread fetched (``data[k]``, None if its fetch failed) to the
+        threads waiting for them."""
+        with self._lock:
+            fetchings = [self._fetching.pop((objs[k[0]].content_key, k[1])) for k in mine]
+        for k, fetching in zip(mine, fetchings):
+            fetching.data = data.get(k)
+            fetching.done.set()
+
+    def _fetch_blocks(self, access, objs, keys, data) -> None:
+        """Fetches the blocks ``keys`` into ``data`` and the cache; neighbouring blocks of one
+        file are one request."""
+        if not keys:
+            return
+        block = self.block_bytes
+        members = []
+        for k in keys:
+            if members and members[-1][-1][0] == k[0] and members[-1][-1][1] == k[1] - 1:
+                members[-1].append(k)
+            else:
+                members.append([k])
+        fetched = access.fetch_remote(
+            [objs[g[0][0]] for g in members], [g[0][1] * block for g in members],
+            [min(objs[g[-1][0]].size, (g[-1][1] + 1) * block) for g in members])
+        for group, payload in zip(members, fetched):
+            view = memoryview(payload)
+            for j, k in enumerate(group):
+                data[k] = view[j * block:j * block + self._block_length(objs[k[0]], k[1])]
+                self._store(objs[k[0]], k[1], data[k])
 
     def _after_write(self, size: int) -> None:
         with self._lock:
@@ -230,6 +272,15 @@ class BlockCache:
                 remove_quietly(path)
                 removed += size
         return removed
+
+
+class _Fetching:
+    """A block one thread is fetching: ``done`` is set when it ends, with ``data`` its bytes
+    (None when the fetch failed)."""
+
+    def __init__(self):
+        self.done = threading.Event()
+        self.data = None
 
 
 def _scandir(path: str) -> list:
