@@ -172,6 +172,12 @@ class BaseBuilder(datasets.ArrowBasedBuilder):
         """Tokenizer and EOD id of the split's tokens, for provenance (None: unknown)."""
         return None
 
+    def _fetched_sidecars(self) -> dict:
+        """The sidecars this builder fetched ({.bin path: fields or None}, for
+        provenance.tokenizer_facts(fetched=)): the splits of a blend share files, and each
+        remote sidecar is then fetched once per load, not once per split."""
+        return self.__dict__.setdefault("_sidecars", {})
+
     # --- the same for every kind -----------------------------------------------------------
 
     def _split_generators(self, dl_manager):

@@ -45,7 +45,7 @@ class MMIdxIndexed(GPTSamplesBuilder):
 
     def _token_facts(self, plan, dl_manager):
         return provenance.tokenizer_facts([f for f in plan.files if f.endswith(".bin")], dl_manager, open,
-                                          fetched=self.__dict__.setdefault("_sidecars", {}))
+                                          fetched=self._fetched_sidecars())
 
     @staticmethod
     def open_plan(plan: Plan, opener):

@@ -186,7 +186,7 @@ class MMIdxMegatron(GPTSamplesBuilder):
 
     def _token_facts(self, plan, dl_manager):
         return provenance.tokenizer_facts([bin_path for _, bin_path, _ in plan.read_paths], dl_manager, open,
-                                          fetched=self.__dict__.setdefault("_sidecars", {}))
+                                          fetched=self._fetched_sidecars())
 
     @staticmethod
     def open_plan(plan: Plan, opener) -> OpenedSplit:

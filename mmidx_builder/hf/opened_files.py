@@ -31,8 +31,8 @@ _OPENED: "weakref.WeakValueDictionary[tuple, IndexedFile]" = weakref.WeakValueDi
 
 def indexed_files(pairs: list[tuple[str, str]], opener, cache_dir=None) -> list[IndexedFile]:
     """The IndexedFile of every ``(idx_path, bin_path)``, in order: remote ones through
-    ``ranged(opener)`` (a default RemoteAccess without one), opened at most once per process while a split holds them, and those
-    not yet open opened all at once; local ones mapped."""
+    ``ranged(opener)`` (a default RemoteAccess without one), opened at most once per process
+    while a split holds them, and those not yet open opened all at once; local ones mapped."""
     opener = ranged(opener) if opener is not None else None
     keys = [(os.getpid(), idx, bin_, opener, os.fspath(cache_dir) if cache_dir is not None else None)
             if is_remote(bin_) else None for idx, bin_ in pairs]

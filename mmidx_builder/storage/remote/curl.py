@@ -7,7 +7,8 @@ objects); libcurl does the same in C, with a handful of Python calls around each
 whole stream's CPU per request went from 86 to 54 us, 2,739 -> 3,114 samples/s (200M tokens,
 25 ms, benchmarks/bench_remote.py --http-clients auto,aiohttp). One thread drives every
 transfer of the process (``_Transfers``), up to REQUESTS_IN_FLIGHT at once (fewer while a server
-is overloaded: request_queue.InFlight), most urgent batch first, as the aiohttp path does; libcurl's event API tells it which sockets to watch.
+is overloaded: request_queue.InFlight), most urgent batch first, as the aiohttp path does;
+libcurl's event API tells it which sockets to watch.
 
 Only plain HTTP filesystems take this path: options this module does not translate (an
 aiohttp ``auth``, ``ssl``, cookies, a session factory) keep a filesystem on aiohttp

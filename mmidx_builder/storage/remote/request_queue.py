@@ -259,8 +259,9 @@ class Requests:
     """One event loop's ranged requests: at most ``limit`` in flight, all gathers together (the
     read-ahead makes several at once), so the requests and the memory they hold in the client
     stay bounded; fewer while a server is overloaded (``in_flight``: a worker beyond its limit
-    stops after its request, one more starts as it grows back). Waiting requests go out by batch, lowest priority first (the table a stream
-    waits for, then gathers in the order the stream reads them), then by arrival.
+    stops after its request, one more starts as it grows back). Waiting requests go out by
+    batch, lowest priority first (the table a stream waits for, then gathers in the order the
+    stream reads them), then by arrival.
 
     Sent by up to ``limit`` worker coroutines, each taking the next request when its last one is
     answered: a task, a gather slot and a semaphore future per request were 40% of the event
