@@ -302,7 +302,8 @@ def test_index_entries_out_of_range_are_refused_where_they_are_used(damage):
     np.arange(20011, dtype=np.int32), np.zeros((5, 2), np.int64), np.zeros(0, np.uint16), np.float64(3.0).reshape(()),
     np.zeros((3, 4), np.float32, order="F"), np.zeros((2, 3, 4), ">u8"), np.zeros(7, bool),
     np.zeros(3, dtype=[("a", "<i4"), ("b", "<f8")]),  # not a plain dtype: numpy's own reader
-], ids=lambda a: f"{a.dtype.str}{list(a.shape)}")
+    np.zeros((1,) * 60, np.int8),  # a header longer than map_npy's first read of the file
+], ids=lambda a: f"{a.dtype.str}{list(a.shape)}"[:40])
 def test_npy_headers_of_the_cache_read_as_numpy_reads_them(tmp_path, array):
     """map_npy reads the headers np.save writes for plain dtypes without ast.literal_eval
     (6,000 of them at a warm open of a 1,000-prefix blend): the same shape, order and dtype as
@@ -322,6 +323,31 @@ def test_npy_headers_of_the_cache_read_as_numpy_reads_them(tmp_path, array):
     mapped = array_cache.map_npy(str(path))
     assert mapped.dtype == array.dtype and mapped.shape == array.shape
     assert np.array_equal(np.asarray(mapped), array)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="reads /proc/self/maps")
+def test_a_mapped_cache_array_is_unmapped_with_its_last_view_and_not_before(tmp_path):
+    """map_npy's map is unmapped when the last array over it is collected: a slice kept alone
+    (everything made while mapping collected) still reads the file's values (an early unmap
+    is SIGSEGV here), and once the slice goes the map is gone (no map leaks a blend's open)."""
+    import gc
+
+    from mmidx_builder.storage import array_cache
+
+    path = tmp_path / "kept.npy"
+    np.save(path, np.arange(300_000, dtype=np.int64), allow_pickle=False)
+
+    def mapped_here() -> bool:
+        with open("/proc/self/maps") as f:
+            return any(line.rstrip().endswith(str(path)) for line in f)
+
+    tail = array_cache.map_npy(str(path))[-5:][::2]
+    gc.collect()
+    assert mapped_here()
+    assert tail.tolist() == [299_995, 299_997, 299_999]
+    del tail
+    gc.collect()
+    assert not mapped_here()
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")

@@ -162,9 +162,9 @@ class MMIdxMegatron(GPTSamplesBuilder):
         settings = self._sample_settings()
 
         def plan_of(name, plan, **override):
-            return Plan.of(name, [p.prefix for p in plan.parts],
-                           [f for f in files if f[0] in {p.prefix for p in plan.parts}], identity, split_plan=plan,
-                           with_dataset_id=with_dataset_id, **{**settings, **override})
+            prefixes_of_plan = {p.prefix for p in plan.parts}
+            return Plan.of(name, [p.prefix for p in plan.parts], [f for f in files if f[0] in prefixes_of_plan],
+                           identity, split_plan=plan, with_dataset_id=with_dataset_id, **{**settings, **override})
 
         made = [plan_of(name, plan) for name, plan in plans.items()]
         if settings["dtype"] is None and len(made) > 1:

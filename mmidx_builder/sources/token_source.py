@@ -149,6 +149,9 @@ class Concatenated:
 
     @property
     def num_tokens(self) -> int:
+        # The parts' own counts (an opened .idx knows its count without a pass over its lengths).
+        if all(hasattr(p, "num_tokens") for p in self.parts):
+            return sum(int(p.num_tokens) for p in self.parts)
         return int(self.sequence_lengths.sum(dtype=np.int64))
 
     def read_pieces(self, sequence_ids, offsets, lengths, out: np.ndarray | None = None) -> np.ndarray:
