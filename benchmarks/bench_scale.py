@@ -27,7 +27,10 @@ streaming=True)`` here), seq_length 4096, one epoch, seed 1234:
                                batches, from /proc/PID/smaps_rollup, and per sequence; then
                                the same on a tiny corpus of 20,000 documents (what a worker
                                holds whatever the corpus: interpreter, torch, datasets or
-                               megatron-core), and the difference: what this corpus adds
+                               megatron-core), and the difference: what this corpus adds;
+                               and the floor: a worker yielding plain ints (torch only)
+  Pss_Anon of the rank         the same of the process that opened the corpus and forked
+                               the workers, and what this corpus adds to it
   open files                   /proc/self/fd after the warm open and first sample
   exit tracebacks              "Exception ignored" lines a process prints at exit after
                                streaming a few rows (blends)
@@ -143,6 +146,10 @@ def child_ours(spec: dict) -> dict:
     from datasets.utils.logging import disable_progress_bar
 
     import torch  # noqa: F401  imported before the clock starts, as megatron-core's side imports it
+
+    # The builders' modules, as megatron-core's side imports its builder and GPTDataset before
+    # its clock (load_dataset imports them at the first call of a process otherwise: ~0.2 s).
+    import mmidx_builder.hf.mmidx  # noqa: F401
     from mmidx_builder.training.rank_stream import megatron_rank_stream
 
     disable_progress_bar()
@@ -169,6 +176,7 @@ def child_ours(spec: dict) -> dict:
     result["rows"] = int(megatron_rank_stream(stream, 0, 1, 1).total_samples)
     if spec["what"] == "workers":
         result["pss"] = _workers_pss(megatron_rank_stream(stream, 0, 1, 4), 4, spec["workers"])
+        result["rank_pss"] = _pss_anon(os.getpid())
     if spec["what"] == "exit":
         for _, _ in zip(range(200), iterator):
             pass
@@ -205,7 +213,20 @@ def child_megatron(spec: dict) -> dict:
               "peak": _peak(), "rows": len(dataset)}
     if spec["what"] == "workers":
         result["pss"] = _workers_pss(dataset, 4, spec["workers"])
+        result["rank_pss"] = _pss_anon(os.getpid())
     return result
+
+
+def child_floor(spec: dict) -> dict:
+    """What any DataLoader worker holds: workers forked from a process with torch imported,
+    yielding plain ints (no dataset, no file)."""
+    import torch
+
+    class Counting(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            return iter(range(10**9))
+
+    return {"pss": _workers_pss(Counting(), 4, spec["workers"]), "rank_pss": _pss_anon(os.getpid())}
 
 
 def run_child(side: str, spec: dict) -> dict:
@@ -263,10 +284,14 @@ def baseline_pss(args, megatron: bool, scratch: str) -> dict:
                     num_samples=num_samples, consumed=0, workers=args.workers, what="workers")
         print(f"  tiny corpus ({TINY_DOCUMENTS:,} documents): {side} ...", file=sys.stderr, flush=True)
         run_child(side, spec)  # the build
-        pss = run_child(side, spec).get("pss")
+        measured = run_child(side, spec)
+        pss = measured.get("pss")
         found[side] = sum(pss) / len(pss) if pss else None
+        found[side + "_rank"] = measured.get("rank_pss")
         shutil.rmtree(hf, ignore_errors=True)
         shutil.rmtree(indices, ignore_errors=True)
+    floor = run_child("floor", {"workers": args.workers}).get("pss")
+    found["floor"] = sum(floor) / len(floor) if floor else None
     return found
 
 
@@ -342,6 +367,21 @@ def measure(name: str, prefixes: list[str], args, megatron: bool, scratch: str,
                      f"{max(extra['ours'], 0) / num_samples:.3f}" if extra.get("ours") is not None else "-",
                      f"{max(extra['megatron'], 0) / num_samples:.3f}" if extra.get("megatron") is not None else "-",
                      _ratio(extra.get("ours"), extra.get("megatron"))))
+        if baseline.get("floor") is not None:
+            floor = baseline["floor"]
+            rows.append((name, "  any DataLoader worker (torch imported, yielding plain ints), per sequence here",
+                         f"{_fmt(floor, 'MiB')}, {floor / num_samples:.3f} B", "-", "-"))
+    ranks = {side: get(side, "workers", "rank_pss") for side in sides}
+    rows.append((name, "Pss_Anon of the rank (the process that opened it, after its workers ran)",
+                 _fmt(ranks.get("ours"), "MiB"), _fmt(ranks.get("megatron"), "MiB"),
+                 _ratio(ranks.get("ours"), ranks.get("megatron"))))
+    if baseline:
+        owed = {side: (ranks[side] - baseline[side + "_rank"] if ranks.get(side) is not None
+                       and baseline.get(side + "_rank") is not None else None) for side in sides}
+        rows.append((name, "  owed to this corpus (minus the tiny corpus's rank), bytes per sequence",
+                     f"{max(owed['ours'], 0) / num_samples:.3f}" if owed.get("ours") is not None else "-",
+                     f"{max(owed['megatron'], 0) / num_samples:.3f}" if owed.get("megatron") is not None else "-",
+                     _ratio(owed.get("ours"), owed.get("megatron"))))
     if "exit" in found.get("ours", {}):
         rows.append((name, "exit tracebacks after streaming 200 rows", str(get("ours", "exit", "exit_tracebacks")),
                      "-", "-"))
@@ -364,7 +404,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.child:
         side, spec = args.child
-        print(json.dumps((child_ours if side == "ours" else child_megatron)(json.loads(spec))))
+        child = {"ours": child_ours, "megatron": child_megatron, "floor": child_floor}[side]
+        print(json.dumps(child(json.loads(spec))))
         return
 
     megatron = megatron_available()
