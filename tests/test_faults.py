@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -293,10 +294,13 @@ def test_a_damaged_index_cache_is_rebuilt_not_used(tmp_path):
     lengths = np.array([5, 9, 0, 30, 2] * 20, np.int32)
     cache = tmp_path / "indices"
     good = sampling.load_or_build_indices(lengths, cache_dir=cache, identity="x", seq_length=8, seed=3)
-    (path,) = cache.glob("*-shuffle_index.npy")
-    damaged = np.load(path)
-    damaged[5] = 10**6  # right shape, wrong value
-    np.save(path, damaged)
+    (path,) = cache.glob("*-indices.npy")  # the three arrays packed: where each lies is in the meta file
+    (meta,) = cache.glob("*-meta.json")
+    entry = json.loads(meta.read_text())["arrays"]["shuffle_index"]
+    packed = np.load(path)
+    shuffle = packed[entry["offset"]:].view(entry["dtype"])
+    shuffle[5] = 10**6  # right shape, wrong value
+    np.save(path, packed)
     with pytest.warns(UserWarning, match="damaged; rebuilding"):
         again = sampling.load_or_build_indices(lengths, cache_dir=cache, identity="x", seq_length=8, seed=3)
     np.testing.assert_array_equal(again.shuffle_index, good.shuffle_index)

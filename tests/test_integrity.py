@@ -388,7 +388,7 @@ def test_single_bit_flips_in_the_index_cache_are_caught_and_rebuilt(tmp_path):
     names = ("document_index", "sample_index", "shuffle_index")
     rng = np.random.default_rng(25)
     files = sorted(cache.iterdir())
-    assert len(files) == 4
+    assert len(files) == 2  # the meta file and the three arrays packed in one (with zeros between them)
     for _ in range(80):
         path = files[rng.integers(len(files))]
         original = path.read_bytes()
@@ -423,12 +423,11 @@ def test_a_killed_cache_writers_temporary_is_removed_by_a_later_run(tmp_path):
     code = textwrap.dedent(f"""
         import os, signal, numpy as np
         from mmidx_builder.megatron import sampling
-        save = np.save
-        def dying_save(f, array, **kwargs):
+        def dying_write(f, *args, **kwargs):
             f.write(b"half an array")
             f.flush()
             os.kill(os.getpid(), signal.SIGKILL)
-        np.save = dying_save
+        np.save = np.lib.format.write_array_header_1_0 = dying_write  # either way an array is written
         lengths = np.array([5, 9, 0, 30, 2, 17, 1] * 40, np.int32)
         sampling.load_or_build_indices(lengths, cache_dir={str(cache)!r}, identity="x", seq_length=8, seed=3,
                                        num_epochs=2)

@@ -318,7 +318,8 @@ def test_cache_is_written_reused_and_keyed(tmp_path):
     params = dict(seq_length=8, seed=3, num_samples=20)
     built = sampling.load_or_build_indices(sizes, cache_dir=tmp_path, identity="a.idx 123 456", **params)
     names = sorted(os.listdir(tmp_path))
-    assert len(names) == 4 and not any(name.endswith(".tmp") for name in names)
+    # The meta file and one file of the three arrays (packed: one map at each open).
+    assert len(names) == 2 and not any(name.endswith(".tmp") for name in names)
     for name in names:
         if name.endswith(".npy"):
             np.load(tmp_path / name, allow_pickle=False)  # loads without pickle
@@ -333,17 +334,21 @@ def test_cache_is_written_reused_and_keyed(tmp_path):
     sampling.load_or_build_indices(sizes, cache_dir=tmp_path, identity="a.idx 123 999", **params)
     sampling.load_or_build_indices(sizes, cache_dir=tmp_path, identity="a.idx 123 456", **{**params, "seed": 4})
     sampling.load_or_build_indices(sizes[::-1].copy(), cache_dir=tmp_path, identity="a.idx 123 456", **params)
-    assert len(os.listdir(tmp_path)) == 16
+    assert len(os.listdir(tmp_path)) == 8
 
 
 def test_damaged_cache_is_rebuilt(tmp_path):
     sizes = np.array([30, 12, 50], np.int32)
     built = sampling.load_or_build_indices(sizes, cache_dir=tmp_path, identity="x", seq_length=8, seed=3)
-    (victim,) = [p for p in tmp_path.iterdir() if p.name.endswith("sample_index.npy")]
+    (victim,) = [p for p in tmp_path.iterdir() if p.name.endswith("-indices.npy")]
     victim.write_bytes(victim.read_bytes()[:20])
-    again = sampling.load_or_build_indices(sizes, cache_dir=tmp_path, identity="x", seq_length=8, seed=3)
+    with pytest.warns(UserWarning, match="damaged; rebuilding"):
+        again = sampling.load_or_build_indices(sizes, cache_dir=tmp_path, identity="x", seq_length=8, seed=3)
     assert np.array_equal(again.sample_index, built.sample_index)
-    assert np.array_equal(np.load(victim, allow_pickle=False), built.sample_index)
+    rewritten = sampling.load_or_build_indices(sizes, cache_dir=tmp_path, identity="x", seq_length=8, seed=3)
+    assert isinstance(rewritten.sample_index, np.memmap)  # read from the cache written again
+    for name in ("document_index", "sample_index", "shuffle_index"):
+        assert np.array_equal(getattr(rewritten, name), getattr(built, name))
 
 
 def _build_into(cache_dir, barrier):

@@ -392,3 +392,44 @@ def test_a_child_forked_while_another_thread_reads_can_read(tmp_path):
         os.waitpid(pid, 0)
     assert finished, "the forked child's read waited for a lock no thread of it holds"
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_arrays_packed_in_one_file_come_back_as_written_each_with_its_own_digest(tmp_path):
+    """Arrays given one path are packed into one file (one map and one stat at each open: the
+    sampling indices and an opened pair's arrays). Each comes back equal, mapped, with the
+    digest of its own bytes, also beside another of the same dtype and shape."""
+    from mmidx_builder.storage import array_cache
+
+    arrays = {"up": np.arange(1000, dtype=np.int32), "down": np.arange(1000, dtype=np.int32)[::-1],
+              "grid": np.arange(15, dtype=np.int64).reshape(3, 5), "none": np.zeros(0, np.int16),
+              "odd": np.arange(7, dtype=np.uint8)}
+    packed = str(tmp_path / "k-arrays.npy")
+    array_cache.save_arrays(str(tmp_path / "k-meta.json"), {name: packed for name in arrays}, arrays, {"x": 1})
+    assert sorted(os.listdir(tmp_path)) == ["k-arrays.npy", "k-meta.json"]
+    fields, loaded = array_cache.load_arrays(str(tmp_path / "k-meta.json"), {name: packed for name in arrays})
+    assert fields == {"x": 1}
+    for name, array in arrays.items():
+        assert isinstance(loaded[name], np.memmap) and loaded[name].dtype == array.dtype
+        assert np.array_equal(np.asarray(loaded[name]), array), name
+        assert array_cache.recorded_digest(loaded[name]) == array_cache.array_digest(array), name
+    assert array_cache.recorded_digest(loaded["up"]) != array_cache.recorded_digest(loaded["down"])
+    assert array_cache.recorded_digest(loaded["up"][:10]) is None  # a part is not the array
+
+
+def test_a_bit_flipped_between_packed_arrays_is_caught(tmp_path, monkeypatch):
+    """The zeros that align packed arrays are checked with the digests: a bit flipped there is
+    damage the arrays' own digests would not see."""
+    from mmidx_builder.storage import array_cache
+
+    arrays = {"a": np.arange(100, dtype=np.int8), "b": np.arange(50, dtype=np.int64)}
+    packed, meta = tmp_path / "k-arrays.npy", str(tmp_path / "k-meta.json")
+    paths = {name: str(packed) for name in arrays}
+    array_cache.save_arrays(meta, paths, arrays, {})
+    data = bytearray(packed.read_bytes())
+    data_start = len(data) - 128 - 448  # a: 100 bytes aligned to 128; b: 400 bytes aligned to 448
+    assert data[data_start:data_start + 100] == bytes(range(100))
+    data[data_start + 110] ^= 4  # in the gap after a
+    packed.write_bytes(bytes(data))
+    monkeypatch.setenv(array_cache.CHECK_ALWAYS_VARIABLE, "1")
+    with pytest.warns(UserWarning, match="not the zeros written there"):
+        assert array_cache.load_arrays(meta, paths) is None

@@ -536,8 +536,8 @@ def _reopen(prefix, idx_path, bin_path, opener, identities, cache_dir=None) -> I
                             expected_identities=identities, cache_dir=cache_dir)
 
 
-# Bump when what an opening record holds changes.
-_RECORD_FORMAT = 1
+# Bump when what an opening record holds changes. 2: its arrays packed in one file.
+_RECORD_FORMAT = 2
 _RECORD_ARRAYS = ("lengths", "block_starts", "offsets")
 
 
@@ -577,7 +577,8 @@ class OpeningRecord:
         self._idx_stat = idx_stat
         signatures = [array_cache._signature(idx_stat), array_cache._signature(bin_stat)]
         key = hashlib.sha256(f"{_RECORD_FORMAT}|{'|'.join(signatures)}".encode()).hexdigest()[:32]
-        self.paths = {name: os.path.join(cache_dir, f"opened-{key}-{name}.npy") for name in _RECORD_ARRAYS}
+        # The three arrays in one file (array_cache packs them): one map and one stat an open.
+        self.paths = {name: os.path.join(cache_dir, f"opened-{key}-arrays.npy") for name in _RECORD_ARRAYS}
         self.meta_path = os.path.join(cache_dir, f"opened-{key}-meta.json")
         self.num_tokens = None
 
@@ -626,14 +627,13 @@ class OpeningRecord:
         fields = {**self._expected_fields(), "num_tokens": indexed.num_tokens,
                   "fingerprint": lengths_fingerprint(lengths)}
         try:
-            array_cache.save_arrays(self.meta_path, self.paths,
-                                    {"lengths": lengths, "block_starts": block_starts, "offsets": offsets}, fields)
+            mapped = array_cache.save_arrays(self.meta_path, self.paths, {"lengths": lengths, "block_starts":
+                                             block_starts, "offsets": offsets}, fields)
         except OSError as error:
             warnings.warn(f"index of {indexed.idx_path} not recorded in {self.cache_dir}: {error}", stacklevel=4)
             return
         # The files just written from these very arrays: mapped without reading them back.
-        indexed._lengths, indexed._block_starts, indexed._offsets = (
-            array_cache.map_npy(self.paths[name]) for name in _RECORD_ARRAYS)
+        indexed._lengths, indexed._block_starts, indexed._offsets = (mapped[name] for name in _RECORD_ARRAYS)
         indexed.lengths_fingerprint = fields["fingerprint"]
 
 

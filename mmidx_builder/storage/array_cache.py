@@ -1,9 +1,12 @@
 """Index arrays cached on disk: ``.npy`` files (no pickle) and a small JSON meta file that
 vouches for them.
 
-    KEY-NAME.npy    one array per name, ``np.save(allow_pickle=False)``
+    KEY-NAME.npy    one array, ``np.save(allow_pickle=False)``; or, for arrays the caller
+                    gives one path, all of them in one file ("packed"): a ``.npy`` of bytes
+                    (uint8) holding each array at a 64-byte aligned offset of its data
     KEY-meta.json   the caller's fields at the top level, plus
-                    "arrays":   {NAME: {"dtype": "<u4", "shape": [...], "xxh3_128": hex}}
+                    "arrays":   {NAME: {"dtype": "<u4", "shape": [...], "xxh3_128": hex}},
+                                and "offset" (in the packed file's data) for packed arrays
                     "checked":  {NAME: stat signature} of the files whose digest a load checked,
                                 and "checked_at" (Unix time) when that was
                     "xxh3_128": the digest of everything else in this file
@@ -12,6 +15,8 @@ Every file is written atomically (hidden temporary name, then rename) and the me
 last, so its presence says the arrays are complete. A killed writer's temporaries are
 removed by the next load in the folder. Arrays come back as read-only memory maps, so every
 process (ranks, DataLoader workers, forked or spawned) shares one copy in the page cache.
+Packing the arrays a load always takes together makes one file, one map and one stat of them:
+a warm open of a 1,000-prefix blend loads two caches a prefix, each of three arrays.
 
 What a load checks (docs/reliability.md says why this schedule):
 
@@ -95,12 +100,20 @@ def recorded_digest(array) -> str | None:
     filename = getattr(array, "filename", None)
     if filename is None or not isinstance(array, np.memmap):
         return None
-    found = _DIGESTS.get((os.fspath(filename), array.dtype.str + str(list(array.shape))))
-    return found
+    # The offset tells apart arrays of one packed file (a slice keeps its array's offset, and
+    # matches only when it is the whole array: its shape is in the key).
+    return _DIGESTS.get(_digest_key(filename, array.offset, array))
 
 
-def save_arrays(meta_path: str, array_paths: dict[str, str], arrays: dict[str, np.ndarray], fields: dict) -> None:
-    """Writes ``arrays[name]`` to ``array_paths[name]``, then the meta file with ``fields``.
+def _digest_key(filename, offset, array: np.ndarray) -> tuple:
+    return os.fspath(filename), offset, array.dtype.str, tuple(array.shape)
+
+
+def save_arrays(meta_path: str, array_paths: dict[str, str], arrays: dict[str, np.ndarray],
+                fields: dict) -> dict[str, np.ndarray]:
+    """Writes ``arrays[name]`` to ``array_paths[name]``, then the meta file with ``fields``;
+    returns the arrays as read-only maps of the files written (not read back).
+    Arrays given the same path are packed into that one file (see the module doc).
 
     A write that runs out of room (a full disk, a quota, a file-size limit) removes the arrays
     this call already put in place (without a meta file nothing would ever remove them) and
@@ -110,12 +123,20 @@ def save_arrays(meta_path: str, array_paths: dict[str, str], arrays: dict[str, n
     os.makedirs(folder, exist_ok=True)
     described, written = {}, []
     try:
-        for name, path in array_paths.items():
-            array = np.asarray(arrays[name])
-            write_atomically(path, lambda f, a=array: np.save(f, a, allow_pickle=False))
+        for path, names in _by_path(array_paths).items():
+            given = {name: np.asarray(arrays[name]) for name in names}
+            if len(names) == 1:
+                write_atomically(path, lambda f, a=given[names[0]]: np.save(f, a, allow_pickle=False))
+                offsets = {names[0]: None}
+            else:
+                offsets, size = _packed_layout(given)
+                write_atomically(path, lambda f: _write_packed(f, given, offsets, size))
             written.append(path)
-            described[name] = {"dtype": array.dtype.str, "shape": list(array.shape),
-                               DIGEST_KEY: array_digest(array)}
+            for name, array in given.items():
+                described[name] = {"dtype": array.dtype.str, "shape": list(array.shape),
+                                   DIGEST_KEY: array_digest(array)}
+                if offsets[name] is not None:
+                    described[name]["offset"] = offsets[name]
         meta = {**fields, "arrays": described}
         meta[DIGEST_KEY] = _meta_digest(meta)
         write_atomically(meta_path, _meta_text(meta))
@@ -126,6 +147,46 @@ def save_arrays(meta_path: str, array_paths: dict[str, str], arrays: dict[str, n
             raise
         needed = sum(np.asarray(a).nbytes + 128 for a in arrays.values()) + 4096  # .npy headers, the meta file
         raise OutOfSpaceError(folder, needed, free_bytes(folder), "the index cache") from error
+    mapped = {}
+    for path, names in _by_path(array_paths).items():
+        whole = map_npy(path)
+        for name in names:
+            mapped[name] = whole if len(names) == 1 else _packed_array(whole, described[name])
+            _DIGESTS[_digest_key(mapped[name].filename, mapped[name].offset, mapped[name])] = described[name][DIGEST_KEY]
+    return mapped
+
+
+def _by_path(array_paths: dict[str, str]) -> dict[str, list[str]]:
+    grouped: dict[str, list[str]] = {}
+    for name, path in array_paths.items():
+        grouped.setdefault(os.fspath(path), []).append(name)
+    return grouped
+
+
+_PACK_ALIGN = 64
+
+
+def _packed_layout(arrays: dict[str, np.ndarray]) -> tuple[dict[str, int], int]:
+    """Where each array starts in a packed file's data (aligned), and the data's size."""
+    offsets, size = {}, 0
+    for name, array in arrays.items():
+        offsets[name] = size
+        size += -(-array.nbytes // _PACK_ALIGN) * _PACK_ALIGN
+    return offsets, size
+
+
+def _write_packed(f, arrays: dict[str, np.ndarray], offsets: dict[str, int], size: int) -> None:
+    # A .npy of `size` bytes, written array by array: no copy of them all in memory (the
+    # indices of a 200M-document prefix are gigabytes).
+    np.lib.format.write_array_header_1_0(f, {"descr": "|u1", "fortran_order": False, "shape": (size,)})
+    at = 0
+    for name, array in arrays.items():
+        f.write(b"\0" * (offsets[name] - at))
+        data = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+        for begin in range(0, len(data), 1 << 26):  # 64 MiB at a time
+            f.write(data[begin:begin + (1 << 26)].data)
+        at = offsets[name] + array.nbytes
+    f.write(b"\0" * (size - at))
 
 
 def load_arrays(meta_path: str, array_paths: dict[str, str]) -> tuple[dict, dict[str, np.ndarray]] | None:
@@ -151,32 +212,71 @@ def load_arrays(meta_path: str, array_paths: dict[str, str]) -> tuple[dict, dict
     recent = isinstance(meta.get("checked_at"), (int, float)) and now - meta["checked_at"] < RECHECK_SECONDS
     always = os.environ.get(CHECK_ALWAYS_VARIABLE, "") not in ("", "0")
     arrays, signatures, newly_checked = {}, {}, False
-    for name, path in array_paths.items():
-        expected = meta["arrays"][name]
+    for path, names in _by_path(array_paths).items():
         try:
-            array = map_npy(path)
+            mapped = map_npy(path)
             stat = os.stat(path)
         except Exception as error:  # noqa: BLE001  a damaged .npy header fails numpy's parser in many ways
             return _damaged(path, f"unreadable: {type(error).__name__}: {error}")
-        found = {"dtype": array.dtype.str, "shape": list(array.shape)}
-        if found != {k: expected.get(k) for k in found}:
-            return _damaged(path, f"expected {expected}, found {found}")
         signature = _signature(stat)
-        if always or not recent or checked.get(name) != signature:
-            digest = array_digest(array)
-            if digest != expected.get(DIGEST_KEY):
-                return _damaged(path, f"expected the digest {expected.get(DIGEST_KEY)}, found {digest}")
-            newly_checked = True
-        if settled(stat, now):
-            signatures[name] = signature
-        arrays[name] = array
+        check = always or not recent or any(checked.get(name) != signature for name in names)
+        if len(names) > 1 and check and not _only_arrays(mapped, [meta["arrays"][name] for name in names]):
+            return _damaged(path, "bytes between or after its arrays are not the zeros written there")
+        for name in names:
+            expected = meta["arrays"][name]
+            array = mapped if len(names) == 1 else _packed_array(mapped, expected)
+            found = {"dtype": array.dtype.str, "shape": list(array.shape)} if array is not None else None
+            if found is None or found != {k: expected.get(k) for k in found}:
+                return _damaged(path, f"expected {expected}, found {found or 'no such array in the file'}")
+            if check:
+                digest = array_digest(array)
+                if digest != expected.get(DIGEST_KEY):
+                    return _damaged(path, f"expected the digest {expected.get(DIGEST_KEY)}, found {digest}")
+                newly_checked = True
+            if settled(stat, now):
+                signatures[name] = signature
+            arrays[name] = array
     if newly_checked and len(signatures) == len(array_paths):
         _record_check(meta_path, meta, signatures, now)
     for name, array in arrays.items():
-        _DIGESTS[(os.fspath(array.filename), array.dtype.str + str(list(array.shape)))] = \
-            meta["arrays"][name][DIGEST_KEY]
+        _DIGESTS[_digest_key(array.filename, array.offset, array)] = meta["arrays"][name][DIGEST_KEY]
     fields = {k: v for k, v in meta.items() if k not in ("arrays", "checked", "checked_at", DIGEST_KEY)}
     return fields, arrays
+
+
+def _packed_array(mapped: np.ndarray, expected: dict) -> np.ndarray | None:
+    """The array ``expected`` (a meta entry) describes in a packed file's bytes, or None when
+    the meta's numbers do not fit the file (damaged)."""
+    try:
+        dtype, shape, offset = np.dtype(expected["dtype"]), tuple(expected["shape"]), expected["offset"]
+        nbytes = math.prod(shape) * dtype.itemsize
+        fits = (mapped.dtype == np.uint8 and mapped.ndim == 1 and type(offset) is int and offset % _PACK_ALIGN == 0
+                and 0 <= offset <= offset + nbytes <= len(mapped) and not dtype.hasobject)
+    except (KeyError, TypeError, ValueError):
+        return None
+    if not fits:
+        return None
+    # A slice of a memmap without its own mmap object comes back a plain ndarray: made one again.
+    array = np.asarray(mapped)[offset:offset + nbytes].view(dtype).reshape(shape).view(np.memmap)
+    array.filename = mapped.filename
+    array.offset = mapped.offset + offset
+    return array
+
+
+def _only_arrays(mapped: np.ndarray, entries: list[dict]) -> bool:
+    """Whether a packed file holds its arrays and nothing else: zeros in the alignment gaps,
+    and no byte past the last array's (a bit flipped there is damage the digests do not see)."""
+    try:
+        spans = sorted((entry["offset"], entry["offset"] + math.prod(entry["shape"]) * np.dtype(entry["dtype"]).itemsize)
+                       for entry in entries)
+    except (KeyError, TypeError, ValueError):
+        return False
+    size = -(-spans[-1][1] // _PACK_ALIGN) * _PACK_ALIGN
+    if len(mapped) != size:
+        return False
+    flat = np.asarray(mapped)
+    gaps = zip([end for _, end in spans], [begin for begin, _ in spans[1:]] + [size])
+    return all(not flat[end:begin].any() for end, begin in gaps)
 
 
 _CLEANED: set[tuple[int, str]] = set()
@@ -318,6 +418,7 @@ def map_npy(path: str) -> np.ndarray:
     array.flags.writeable = False
     mapped = array.view(np.memmap)  # what np.load(mmap_mode="r") returns: callers tell a cache hit by it
     mapped.filename = os.path.abspath(path)  # as np.memmap names its file (recorded_digest keys on it)
+    mapped.offset = offset  # where the data starts in the file, as np.memmap says
     return mapped
 
 
