@@ -152,7 +152,8 @@ def save_arrays(meta_path: str, array_paths: dict[str, str], arrays: dict[str, n
         whole = map_npy(path)
         for name in names:
             mapped[name] = whole if len(names) == 1 else _packed_array(whole, described[name])
-            _DIGESTS[_digest_key(mapped[name].filename, mapped[name].offset, mapped[name])] = described[name][DIGEST_KEY]
+            array = mapped[name]
+            _DIGESTS[_digest_key(array.filename, array.offset, array)] = described[name][DIGEST_KEY]
     return mapped
 
 
@@ -267,7 +268,8 @@ def _only_arrays(mapped: np.ndarray, entries: list[dict]) -> bool:
     """Whether a packed file holds its arrays and nothing else: zeros in the alignment gaps,
     and no byte past the last array's (a bit flipped there is damage the digests do not see)."""
     try:
-        spans = sorted((entry["offset"], entry["offset"] + math.prod(entry["shape"]) * np.dtype(entry["dtype"]).itemsize)
+        spans = sorted((entry["offset"],
+                        entry["offset"] + math.prod(entry["shape"]) * np.dtype(entry["dtype"]).itemsize)
                        for entry in entries)
     except (KeyError, TypeError, ValueError):
         return False

@@ -57,9 +57,9 @@ def _process_vm_readv():
 _READV = _process_vm_readv()
 # Errors that say the call cannot be used here (rather than that a page was lost): from then
 # on every read takes the pread path.
+_UNUSABLE = {errno.ENOSYS, errno.EPERM, errno.EACCES, errno.EINVAL}
 # Reads this small take one pread (MappedFile.read).
 _SMALL_READ = 4096
-_UNUSABLE = {errno.ENOSYS, errno.EPERM, errno.EACCES, errno.EINVAL}
 
 
 class MappedFile:
@@ -161,8 +161,8 @@ class MappedFile:
         out = np.empty(count, dtype)
         runs = (np.array([offset], np.int64), np.array([out.nbytes], np.int64))
         if 0 < out.nbytes <= _SMALL_READ and offset >= 0 and offset + out.nbytes <= self.size:
-            # A header: one pread, none of gather's bookkeeping for many runs (~0.1 ms: every
-            # prefix of a blend reads its .idx header at each open).
+            # A header: one pread, none of gather's bookkeeping for many runs (every prefix of
+            # a blend reads its .idx header at each open).
             with _POOL.using([self]):
                 _gather_pread([self], None, *runs, out, np.zeros(1, np.int64))
             return out
