@@ -273,6 +273,15 @@ def _fmt(value, unit: str) -> str:
     return f"{value:,}"
 
 
+def _mean(values) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _per_sequence(owed, num_samples: int) -> str:
+    """Bytes a sequence of memory owed to a corpus (a negative difference is noise: 0)."""
+    return f"{max(owed, 0) / num_samples:.3f}" if owed is not None else "-"
+
+
 def _ratio(ours, theirs) -> str:
     if not ours or not theirs or ours <= 0 or theirs <= 0:
         return "-"
@@ -297,13 +306,11 @@ def baseline_pss(args, megatron: bool, scratch: str) -> dict:
         print(f"  tiny corpus ({TINY_DOCUMENTS:,} documents): {side} ...", file=sys.stderr, flush=True)
         run_child(side, spec)  # the build
         measured = run_child(side, spec)
-        pss = measured.get("pss")
-        found[side] = sum(pss) / len(pss) if pss else None
+        found[side] = _mean(measured.get("pss"))
         found[side + "_rank"] = measured.get("rank_pss")
         shutil.rmtree(hf, ignore_errors=True)
         shutil.rmtree(indices, ignore_errors=True)
-    floor = run_child("floor", {"workers": args.workers}).get("pss")
-    found["floor"] = sum(floor) / len(floor) if floor else None
+    found["floor"] = _mean(run_child("floor", {"workers": args.workers}).get("pss"))
     return found
 
 
@@ -359,7 +366,7 @@ def measure(name: str, prefixes: list[str], args, megatron: bool, scratch: str,
     row("peak memory, cold open", "peak", "cold", "GiB")
     row("open files after the warm open", "fds", "warm", "")
     pss = {side: get(side, "workers", "pss") for side in sides}
-    means = {side: (sum(v) / len(v) if v else None) for side, v in pss.items()}
+    means = {side: _mean(v) for side, v in pss.items()}
     rows.append((name, f"Pss_Anon per DataLoader worker ({args.workers}, fork)", _fmt(means.get("ours"), "MiB"),
                  _fmt(means.get("megatron"), "MiB"), _ratio(means.get("ours"), means.get("megatron"))))
     per = {side: (means[side] / num_samples if means.get(side) else None) for side in sides}
@@ -375,10 +382,8 @@ def measure(name: str, prefixes: list[str], args, megatron: bool, scratch: str,
         rows.append((name, "  Pss_Anon per worker owed to this corpus (minus the tiny corpus's)",
                      _fmt(extra.get("ours"), "MiB"), _fmt(extra.get("megatron"), "MiB"),
                      _ratio(extra.get("ours"), extra.get("megatron"))))
-        rows.append((name, "  same, bytes per sequence",
-                     f"{max(extra['ours'], 0) / num_samples:.3f}" if extra.get("ours") is not None else "-",
-                     f"{max(extra['megatron'], 0) / num_samples:.3f}" if extra.get("megatron") is not None else "-",
-                     _ratio(extra.get("ours"), extra.get("megatron"))))
+        rows.append((name, "  same, bytes per sequence", _per_sequence(extra.get("ours"), num_samples),
+                     _per_sequence(extra.get("megatron"), num_samples), _ratio(extra.get("ours"), extra.get("megatron"))))
         if baseline.get("floor") is not None:
             floor = baseline["floor"]
             rows.append((name, "  any DataLoader worker (torch imported, yielding plain ints), per sequence here",
@@ -391,8 +396,7 @@ def measure(name: str, prefixes: list[str], args, megatron: bool, scratch: str,
         owed = {side: (ranks[side] - baseline[side + "_rank"] if ranks.get(side) is not None
                        and baseline.get(side + "_rank") is not None else None) for side in sides}
         rows.append((name, "  owed to this corpus (minus the tiny corpus's rank), bytes per sequence",
-                     f"{max(owed['ours'], 0) / num_samples:.3f}" if owed.get("ours") is not None else "-",
-                     f"{max(owed['megatron'], 0) / num_samples:.3f}" if owed.get("megatron") is not None else "-",
+                     _per_sequence(owed.get("ours"), num_samples), _per_sequence(owed.get("megatron"), num_samples),
                      _ratio(owed.get("ours"), owed.get("megatron"))))
     if "exit" in found.get("ours", {}):
         rows.append((name, "exit tracebacks after streaming 200 rows", str(get("ours", "exit", "exit_tracebacks")),
@@ -468,7 +472,7 @@ def main() -> None:
             warm_1b = w1 + slope * (1e9 - n1)
             line = f"  {side}: warm open {w0:.2f} s -> {w1:.2f} s, at 1B ~{warm_1b:.1f} s"
             if p0 and p1:
-                m0, m1 = sum(p0) / len(p0), sum(p1) / len(p1)
+                m0, m1 = _mean(p0), _mean(p1)
                 per_doc = (m1 - m0) / (n1 - n0)
                 node_1b = 64 * (m1 + per_doc * (1e9 - n1))
                 line += (f"; Pss_Anon per worker {m0 / 2**20:.0f} -> {m1 / 2**20:.0f} MiB, per node (8x8) at 1B "

@@ -50,9 +50,7 @@ def _part_source(plan: SplitPlan, part, source: TokenSource, prefix_label: str) 
     num_sequences = len(source.sequence_lengths)
     begin, end = sequence_range(part.bookend, num_sequences)
     ranged = SequenceRange(source, begin, end)
-    whole = begin == 0 and end == num_sequences and hasattr(source, "num_tokens")  # no pass over the lengths
-    tokens = source.num_tokens if whole else int(np.asarray(ranged.sequence_lengths).sum(dtype=np.int64))
-    if end <= begin or tokens == 0:
+    if end <= begin or ranged.num_tokens == 0:
         # megatron-core loops forever in GPTDataset._get_num_epochs here (a size, no tokens).
         raise ParameterError(
             f"split {plan.name!r} (ratio {plan.ratio:.4g}) gets sequences [{begin}, {end}) of {prefix_label}, which "

@@ -196,8 +196,19 @@ class SequenceRange:
     @property
     def lengths_fingerprint(self) -> dict | None:
         """The source's recorded :func:`lengths_fingerprint` when the range is all of it."""
-        whole = self.begin == 0 and self.end == len(self.source.sequence_lengths)
-        return getattr(self.source, "lengths_fingerprint", None) if whole else None
+        return getattr(self.source, "lengths_fingerprint", None) if self._whole else None
+
+    @property
+    def num_tokens(self) -> int:
+        """The source's own count when the range is all of it (an opened .idx knows it without
+        a pass over its lengths), else the range's lengths summed."""
+        if self._whole and hasattr(self.source, "num_tokens"):
+            return int(self.source.num_tokens)
+        return int(np.asarray(self.sequence_lengths).sum(dtype=np.int64))
+
+    @property
+    def _whole(self) -> bool:
+        return self.begin == 0 and self.end == len(self.source.sequence_lengths)
 
     def read_pieces(self, sequence_ids, offsets, lengths, out: np.ndarray | None = None) -> np.ndarray:
         sequence_ids, offsets, lengths, out = check_pieces(

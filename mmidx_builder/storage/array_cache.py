@@ -109,6 +109,11 @@ def _digest_key(filename, offset, array: np.ndarray) -> tuple:
     return os.fspath(filename), offset, array.dtype.str, tuple(array.shape)
 
 
+def _remember_digest(array: np.memmap, digest: str) -> None:
+    """Records the digest of an array handed out (recorded_digest finds it)."""
+    _DIGESTS[_digest_key(array.filename, array.offset, array)] = digest
+
+
 def save_arrays(meta_path: str, array_paths: dict[str, str], arrays: dict[str, np.ndarray],
                 fields: dict) -> dict[str, np.ndarray]:
     """Writes ``arrays[name]`` to ``array_paths[name]``, then the meta file with ``fields``;
@@ -152,8 +157,7 @@ def save_arrays(meta_path: str, array_paths: dict[str, str], arrays: dict[str, n
         whole = map_npy(path)
         for name in names:
             mapped[name] = whole if len(names) == 1 else _packed_array(whole, described[name])
-            array = mapped[name]
-            _DIGESTS[_digest_key(array.filename, array.offset, array)] = described[name][DIGEST_KEY]
+            _remember_digest(mapped[name], described[name][DIGEST_KEY])
     return mapped
 
 
@@ -172,8 +176,12 @@ def _packed_layout(arrays: dict[str, np.ndarray]) -> tuple[dict[str, int], int]:
     offsets, size = {}, 0
     for name, array in arrays.items():
         offsets[name] = size
-        size += -(-array.nbytes // _PACK_ALIGN) * _PACK_ALIGN
+        size += _aligned(array.nbytes)
     return offsets, size
+
+
+def _aligned(nbytes: int) -> int:
+    return -(-nbytes // _PACK_ALIGN) * _PACK_ALIGN
 
 
 def _write_packed(f, arrays: dict[str, np.ndarray], offsets: dict[str, int], size: int) -> None:
@@ -240,7 +248,7 @@ def load_arrays(meta_path: str, array_paths: dict[str, str]) -> tuple[dict, dict
     if newly_checked and len(signatures) == len(array_paths):
         _record_check(meta_path, meta, signatures, now)
     for name, array in arrays.items():
-        _DIGESTS[_digest_key(array.filename, array.offset, array)] = meta["arrays"][name][DIGEST_KEY]
+        _remember_digest(array, meta["arrays"][name][DIGEST_KEY])
     fields = {k: v for k, v in meta.items() if k not in ("arrays", "checked", "checked_at", DIGEST_KEY)}
     return fields, arrays
 
@@ -273,7 +281,7 @@ def _only_arrays(mapped: np.ndarray, entries: list[dict]) -> bool:
                        for entry in entries)
     except (KeyError, TypeError, ValueError):
         return False
-    size = -(-spans[-1][1] // _PACK_ALIGN) * _PACK_ALIGN
+    size = _aligned(spans[-1][1])
     if len(mapped) != size:
         return False
     flat = np.asarray(mapped)
