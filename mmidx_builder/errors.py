@@ -2,8 +2,11 @@
 
     MMIdxError                      anything mmidx_builder refuses, with a message saying why
     ├── FormatError                 a .bin/.idx (or raw) file is not what its header promises
-    │   ├── MissingPartnerError     a .bin without its .idx, or the other way round
+    │   ├── MissingPartnerError     a .bin without its .idx, or the other way round (or a MosaicML
+    │   │                           shard its index names, or a shard no index names)
     │   └── RemoteChangedError      a remote file changed (ETag or size) since it was opened
+    ├── MissingCodecError (ImportError)  a compressed shard whose codec is not installed
+    ├── UnsafeEncodingError (ParameterError)  an MDS column whose reading runs code (pkl), not allowed
     ├── RemoteReadError (OSError)   a remote byte range still failing after its retries
     ├── OutOfSpaceError (OSError)   a write that does not fit in its folder's free space
     ├── ParameterError (ValueError) a setting cannot work (seq_length < 1, too many samples...)
@@ -54,6 +57,19 @@ class RemoteChangedError(FormatError):
     two versions of the file, so the read stops instead."""
 
 
+class MissingCodecError(MMIdxError, ImportError):
+    """A compressed file (a MosaicML shard) whose codec is not installed: names the file, the
+    codec and what to install."""
+
+    def __init__(self, path: str, codec: str, extra: str):
+        self.path, self.codec, self.extra = path, codec, extra
+        super().__init__(f"{path}: compressed with {codec}, and no {codec} codec is installed here; "
+                         f"install one with: pip install '{extra}'")
+
+    def __reduce__(self):  # raised in DataLoader workers: must cross processes whole
+        return type(self), (self.path, self.codec, self.extra)
+
+
 class RemoteReadError(MMIdxError, OSError):
     """A remote byte range that could not be read: retried with backoff, or not retryable
     (e.g. a 403). The message names the file and the byte range."""
@@ -91,6 +107,11 @@ class OutOfSpaceError(MMIdxError, OSError):
 
 class ParameterError(MMIdxError, ValueError):
     """A parameter that cannot work; the message says what to change."""
+
+
+class UnsafeEncodingError(ParameterError):
+    """An MDS column whose values are pickles (``pkl``): reading one runs whatever code the
+    file's author put in it, so it is read only when the caller allows it by name."""
 
 
 class ConvertError(MMIdxError):

@@ -24,7 +24,7 @@ LAYERS = [
     ("foundation", {"foundation"}),
     ("bytes", {"storage"}),
     ("token sources", {"sources"}),
-    ("indices and pairs", {"megatron", "fairseq"}),
+    ("indices and pairs", {"megatron", "fairseq", "mosaic"}),
     ("conversion", {"convert"}),
     ("datasets builders", {"hf"}),
     ("consumers", {"training", "publishing"}),

@@ -32,13 +32,15 @@ def test_load_py_sees_the_same_tables_not_copies():
         assert getattr(datasets.load, name) is getattr(packaged, name), name
 
 
-def test_bin_extension_maps_to_the_front_door_and_idx_is_left_to_lance():
-    assert packaged._EXTENSION_TO_MODULE[".bin"] == (FRONT_DOOR, {})
-    assert ".bin" in packaged._ALL_EXTENSIONS and ".bin" in packaged._ALL_ALLOWED_EXTENSIONS
+def test_bin_and_mds_extensions_map_to_the_front_door_and_idx_is_left_to_lance():
+    for ext in (".bin", ".mds"):
+        assert packaged._EXTENSION_TO_MODULE[ext] == (FRONT_DOOR, {})
+        assert ext in packaged._ALL_EXTENSIONS and ext in packaged._ALL_ALLOWED_EXTENSIONS
     for name in BUILDER_MODULES:
-        assert packaged._MODULE_TO_EXTENSIONS[name] == [".bin", ".zip"]
+        assert packaged._MODULE_TO_EXTENSIONS[name] == [".bin", ".mds", ".zip"]
         assert packaged._MODULE_TO_METADATA_EXTENSIONS[name] == []
-        assert packaged._MODULE_TO_METADATA_FILE_NAMES[name] == []
+        # MosaicML's index.json is kept among a folder's files by name (.json is JSON's).
+        assert packaged._MODULE_TO_METADATA_FILE_NAMES[name] == ["index.json"]
     assert packaged._EXTENSION_TO_MODULE.get(".idx", (None,))[0] not in BUILDER_MODULES
 
 

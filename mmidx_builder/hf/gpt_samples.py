@@ -115,10 +115,15 @@ def pooled_samples(source, indices: sampling.SamplingIndices, sample_ids: np.nda
     pages from the kernel, each faulted in as the gather first writes it (measured: the gather
     ran ~20% faster from the pool, with no page faults)."""
     sequence_ids, offsets, lengths, _ = sampling.sample_pieces(indices, source.sequence_lengths, sample_ids)
+    return pooled_tokens(source, sequence_ids, offsets, lengths).reshape(-1, indices.sample_length)
+
+
+def pooled_tokens(source, sequence_ids, offsets, lengths) -> np.ndarray:
+    """``source.read_pieces`` into a buffer of pyarrow's memory pool (see pooled_samples)."""
     dtype = np.dtype(source.dtype)
-    out = np.frombuffer(pa.allocate_buffer(int(lengths.sum()) * dtype.itemsize), dtype)
+    out = np.frombuffer(pa.allocate_buffer(int(np.sum(lengths)) * dtype.itemsize), dtype)
     source.read_pieces(sequence_ids, offsets, lengths, out=out)
-    return out.reshape(-1, indices.sample_length)
+    return out
 
 
 def sample_table(source, indices: sampling.SamplingIndices, sample_ids: np.ndarray,

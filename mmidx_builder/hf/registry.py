@@ -57,9 +57,13 @@ FRONT_DOOR = "mmidx"
 # The source kinds: one module each under mmidx_builder.hf (its file name is its builder's name),
 # in the front door's order of preference (the first whose builder claims a call is used).
 # A new kind is its module plus one line here.
-KIND_MODULES = ("mmidx_megatron", "mmidx_raw_chunks", "mmidx_raw", "mmidx_fairseq", "mmidx_indexed")
+KIND_MODULES = ("mmidx_megatron", "mmidx_raw_chunks", "mmidx_raw", "mmidx_fairseq", "mmidx_mosaic_samples", "mmidx_mosaic",
+                "mmidx_indexed")
 BUILDER_MODULES = (FRONT_DOOR, *KIND_MODULES)
-EXTENSIONS = [".bin"]
+EXTENSIONS = [".bin", ".mds"]
+# MosaicML's index files, kept among a folder's data files by name (their extension, .json,
+# is every JSON file's): MDS's index.json and Composer's index.mds (.mds is ours already).
+METADATA_FILE_NAMES = ["index.json"]
 
 
 @functools.lru_cache(maxsize=None)
@@ -166,7 +170,7 @@ def register(packaged=None) -> None:
         packaged._PACKAGED_DATASETS_MODULES[name] = (f"{__package__}.{name}", package_source_hash())
         packaged._MODULE_TO_EXTENSIONS[name] = EXTENSIONS + [".zip"]
         packaged._MODULE_TO_METADATA_EXTENSIONS[name] = []
-        packaged._MODULE_TO_METADATA_FILE_NAMES[name] = []
+        packaged._MODULE_TO_METADATA_FILE_NAMES[name] = list(METADATA_FILE_NAMES)
     for ext in EXTENSIONS:
         packaged._EXTENSION_TO_MODULE[ext] = (FRONT_DOOR, {})
         for table in (packaged._ALL_EXTENSIONS, packaged._ALL_ALLOWED_EXTENSIONS):
@@ -219,9 +223,25 @@ def _refuse_empty_patterns(patterns, resolved) -> None:
 
 def holds_pairs(files) -> bool:
     """Whether ``files`` (one split's data files, local paths or URLs) hold a ``.bin`` beside
-    its ``.idx``: the one test of "this folder is ours"."""
+    its ``.idx``."""
     names = {str(f) for f in files}
     return any(name.endswith(".bin") and name[:-4] + ".idx" in names for name in names)
+
+
+def holds_shards(files) -> bool:
+    """Whether ``files`` hold MosaicML shards with their index: an ``index.json`` or Composer's
+    ``index.mds[.gz]`` beside shard files (``*.mds*``). An index.json alone may be any JSON."""
+    from ..mosaic.index import index_layout
+
+    names = [os.path.basename(str(f)) for f in files]
+    layouts = {index_layout(name) for name in names}
+    return "legacy" in layouts or ("mds" in layouts and any(".mds" in name for name in names))
+
+
+def is_ours(files) -> bool:
+    """The one test of "this folder is ours": one split's files hold ``.bin``/``.idx`` pairs or
+    MosaicML shards with their index."""
+    return holds_pairs(files) or holds_shards(files)
 
 
 def _pairs_make_a_folder_ours(load) -> None:
@@ -238,7 +258,7 @@ def _pairs_make_a_folder_ours(load) -> None:
         return
 
     def infer_module_for_data_files(data_files, path=None, download_config=None):
-        if data_files and all(holds_pairs(files) for files in data_files.values()):
+        if data_files and all(is_ours(files) for files in data_files.values()):
             return load._EXTENSION_TO_MODULE[EXTENSIONS[0]]
         return infer(data_files, path=path, download_config=download_config)
 
@@ -584,6 +604,12 @@ def record_checksums(builder, enabled: bool) -> None:
     """datasets records the data files' sizes and sha256 only under ``datasets-cli test``
     (the ``_record_checksums`` switch); ``verification_mode="all_checks"`` turns it on here."""
     builder._record_checksums = enabled
+
+
+def checksums_recorded(builder) -> bool:
+    """Whether this load records checksums (``verification_mode="all_checks"``): then every
+    hash a file's own index records (MosaicML shards) is checked too."""
+    return bool(getattr(builder, "_record_checksums", False))
 
 
 # Protocols whose storage options are resolved up front (any other gets the flat options).

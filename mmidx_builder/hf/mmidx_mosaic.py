@@ -1,0 +1,260 @@
+"""The ``mmidx_mosaic`` builder: MosaicML shards (MDS ``index.json`` folders, or Composer's legacy
+``index.mds`` ones) as rows, in shard order, as the shards store them.
+
+    load_dataset(folder)                           every column, typed from the index
+    load_dataset(folder, token_column="tokens")    ``input_ids`` rows: each sample's ids as they
+                                                   are (LLM Foundry's samples are packed already)
+
+Several streams (folders, each with its index) in one split are read one after another, in
+the order given. With ``seq_length`` (or another Megatron sampling setting) the token column's
+samples are documents packed the Megatron way instead: that is the ``mmidx_mosaic_samples``
+builder. How bytes become columns: mosaic/ (the format) and hf/mosaic_tables.py (the types).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import pickle
+from dataclasses import dataclass
+
+import datasets
+import numpy as np
+import pyarrow as pa
+
+from ..checks import check_bool
+from ..dtypes import cast_tokens
+from ..errors import ParameterError, UnsafeEncodingError
+from ..mosaic.columns import Layout, NdarrayForm, column_spans, ndarray_form
+from ..mosaic.encodings import Kind
+from ..mosaic.tokens import TokenColumn, token_encoding_problem
+from ..sources.token_source import Concatenated
+from .base_builder import INDEX_CACHE_FOLDER
+from .gpt_samples import GPTSamplesBuilder, SamplesConfig, pooled_tokens
+from .mosaic_streams import (holds_mosaic_index, identity_paths_of, index_files, open_streams,
+                             read_indexes, shard_paths, stream_identity, streams_of)
+from .mosaic_tables import column_feature, columns_table
+from .plans import OpenedSplit, Plan
+from .registry import cache_root, checksums_recorded
+from .tables import fixed_size_lists
+
+# Settings that say "these files are MosaicML shards" even before the files are looked at.
+OWN_SETTINGS = ("token_column", "allow_unsafe_types")
+UNPACK_FOLDER = "mosaic_shards"
+
+
+@dataclass
+class MosaicConfig(SamplesConfig):
+    """BuilderConfig for MosaicML shards read as stored.
+
+    Args:
+        token_column (`str`, optional): a column of token ids (an ndarray of integers, or bytes
+            read with ``dtype``); rows are then its values as ``input_ids``. Without it, rows hold
+            every column.
+        dtype (`str`, optional): how a ``bytes`` token column is read (LLM Foundry's older
+            shards: ``"int64"``); for an ndarray token column, the dtype ``input_ids`` are cast to.
+        allow_unsafe_types (`bool`, defaults to False): read ``pkl`` columns, whose values are
+            unpickled: reading one runs whatever code it holds (StreamingDataset asks the same).
+        index_cache_dir (`str`, optional): where the token runs and decompressed shards are kept;
+            defaults to ``<datasets cache>/mmidx_indices``.
+        read_ahead_bytes: see :class:`~mmidx_builder.hf.gpt_samples.SamplesConfig`.
+    """
+
+    token_column: str | None = None
+    allow_unsafe_types: bool = False
+    index_cache_dir: str | None = None
+
+    def validate(self) -> None:
+        super().validate()
+        check_bool("allow_unsafe_types", self.allow_unsafe_types)
+        if self.token_column is not None and not isinstance(self.token_column, str):
+            raise ParameterError(f"token_column must be a column name (a string), got {self.token_column!r}")
+
+
+def plan_streams(split: str, files: list[str], dl_manager) -> tuple[tuple, str]:
+    """``(streams, identity)`` of a split: each stream's index path, its bytes and its shard
+    files as ((name, path), ...); the identity of every file read."""
+    streaming = isinstance(dl_manager, datasets.StreamingDownloadManager)
+    read = read_indexes(dl_manager, index_files(split, files))
+    data_of = {index.path: data for index, data in read}
+    streams, identities = [], []
+    for index in streams_of(split, files, [index for index, _ in read]):
+        paths = shard_paths(index, dl_manager, streaming)
+        streams.append((index.path, data_of[index.path], tuple(sorted(paths.items()))))
+        identities += stream_identity(index, paths)
+    return tuple(streams), "|".join(identities)
+
+
+class MosaicBuilderMixin:
+    """What both MosaicML builders share: planning a split's streams and opening them."""
+
+    def _identity_paths(self, config) -> list[str]:
+        files = [f for split_files in (config.data_files or {}).values() for f in split_files]
+        return super()._identity_paths(config) + identity_paths_of([str(f) for f in files])
+
+    def _mosaic_settings(self) -> dict:
+        config = self.config
+        cache = config.index_cache_dir or os.path.join(cache_root(self), INDEX_CACHE_FOLDER)
+        return {"token_column": config.token_column, "token_dtype": config.dtype, "index_cache_dir": cache,
+                "verify": checksums_recorded(self)}
+
+    def _plan_streams(self, split, files, dl_manager, **settings) -> Plan:
+        streams, identity = plan_streams(split, files, dl_manager)
+        kind = f"{type(self).__name__}{tuple(sorted((k, v) for k, v in settings.items() if k != 'verify'))}"
+        return Plan.of(split, files, streams, f"{kind}|{identity}", **settings)
+
+
+def opened_streams(plan: Plan, opener) -> list:
+    return open_streams(plan.read_paths, opener, os.path.join(plan["index_cache_dir"], UNPACK_FOLDER), plan["verify"])
+
+
+def token_source(plan: Plan, opener, column: str | None) -> Concatenated:
+    """The streams' token column (``column``, else the one default_token_column picks), one
+    sequence per sample, the streams one after another."""
+    streams = opened_streams(plan, opener)
+    column = column or default_token_column(streams[0].index)
+    return Concatenated([TokenColumn(s, column, plan["token_dtype"], plan["index_cache_dir"]) for s in streams])
+
+
+def default_token_column(index) -> str:
+    """``tokens`` (LLM Foundry's name) when the stream has it, else its only column that can hold
+    token ids; a ParameterError listing the columns otherwise."""
+    candidates = [c for c, e in zip(index.columns, index.encodings) if token_encoding_problem(e, "int64") is None
+                  and (e.kind is not Kind.BYTES or c == "tokens")]
+    if "tokens" in index.columns:
+        return "tokens"
+    if len(candidates) == 1:
+        return candidates[0]
+    columns = ", ".join(f"{c} ({e.text})" for c, e in zip(index.columns, index.encodings))
+    raise ParameterError(f"{index.path}: say which column holds the token ids with token_column= (its columns: "
+                         f"{columns})")
+
+
+def token_rows_table(source, dtype, fixed_length, rows: np.ndarray) -> pa.Table:
+    """Rows ``rows`` of a token column, each sample's ids as they are, as ``input_ids``."""
+    lengths = np.asarray(source.sequence_lengths)[rows].astype(np.int64)
+    tokens = cast_tokens(pooled_tokens(source, rows, np.zeros(len(rows), np.int64), lengths), dtype)
+    if fixed_length is not None:
+        return pa.table({"input_ids": fixed_size_lists(tokens, fixed_length)})
+    offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int32)
+    return pa.table({"input_ids": pa.ListArray.from_arrays(pa.array(offsets), pa.array(tokens))})
+
+
+def columns_table_for(streams, layout, features, forms, allow_pickle, rows: np.ndarray) -> pa.Table:
+    """Rows ``rows`` (positions in the split, streams one after another) with every column."""
+    firsts = np.cumsum([0] + [s.num_samples for s in streams])
+    owner = np.searchsorted(firsts, rows, side="right") - 1
+    tables, order = [], []
+    for s in np.unique(owner).tolist():
+        mine = np.flatnonzero(owner == s)
+        files = streams[s]
+        ids = rows[mine] - firsts[s]
+        data, at, lengths = files.read_samples(ids)
+
+        def name(k, files=files, ids=ids):
+            shard, within = files.locate([ids[k]])
+            return (f"{files.index.folder}/{files.index.shards[int(shard[0])].name}: sample {int(within[0])}")
+
+        tables.append(columns_table(layout, features, forms, data, at, lengths, name, allow_pickle))
+        order.append(mine)
+    table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+    if len(tables) > 1:
+        table = table.take(np.argsort(np.concatenate(order), kind="stable"))
+    return table
+
+
+def stream_layout(streams) -> Layout:
+    """The columns every stream of a split shares (a ParameterError naming two that differ)."""
+    first = streams[0].index
+    for other in streams[1:]:
+        if (other.index.columns, [e.text for e in other.index.encodings]) != (first.columns,
+                                                                              [e.text for e in first.encodings]):
+            raise ParameterError(f"the streams of one split must share their columns: {first.path} has "
+                                 f"{list(zip(first.columns, [e.text for e in first.encodings]))}, {other.index.path} "
+                                 f"has {list(zip(other.index.columns, [e.text for e in other.index.encodings]))}")
+    return Layout(first.columns, first.encodings, first.layout == "legacy")
+
+
+def _first_values(streams, layout: Layout) -> dict:
+    """Each open-ended column's first value (bytes), from the first stream that has a sample."""
+    wanted = [i for i, e in enumerate(layout.encodings)
+              if e.kind is Kind.PICKLE or (e.kind is Kind.NDARRAY and e.size is None)]
+    if not wanted:
+        return {}
+    for files in streams:
+        if files.num_samples:
+            data, at, lengths = files.read_samples(np.array([0]))
+            starts, sizes = column_spans(layout, data, at, lengths, lambda k: files.index.path)
+            return {layout.columns[i]: data[starts[0, i]:starts[0, i] + sizes[0, i]].tobytes() for i in wanted}
+    return {}
+
+
+def open_ndarray_form(encoding, first: bytes | None, path: str) -> NdarrayForm | None:
+    """An ndarray column's dtype and axes when its encoding leaves them to each value: from the
+    stream's first value; with no sample at all, the encoding's dtype (else int64), one axis."""
+    if encoding.kind is not Kind.NDARRAY or encoding.size is not None:
+        return None
+    if first is not None:
+        return ndarray_form(encoding, first, path)
+    return NdarrayForm(encoding.dtype if encoding.dtype is not None else np.dtype("<i8"),
+                       len(encoding.shape) if encoding.shape else 1)
+
+
+def columns_split(plan: Plan, streams) -> OpenedSplit:
+    layout = stream_layout(streams)
+    allow = plan["allow_unsafe_types"]
+    firsts = _first_values(streams, layout)
+    forms, features = {}, {}
+    for column, encoding in zip(layout.columns, layout.encodings):
+        if encoding.kind is Kind.PICKLE and not allow:
+            raise UnsafeEncodingError(
+                f"{streams[0].index.path}: column {column!r} is encoded 'pkl': its values are pickles, and unpickling "
+                "runs whatever code the file's author put in them. Pass allow_unsafe_types=True to read it if you "
+                "trust the data (StreamingDataset asks the same)")
+        sample = pickle.loads(firsts[column]) if encoding.kind is Kind.PICKLE and column in firsts else None
+        form = open_ndarray_form(encoding, firsts.get(column), streams[0].index.path)
+        if form is not None:
+            forms[column] = form
+        features[column] = column_feature(encoding, form, sample)
+    features = datasets.Features(features)
+    rows = sum(s.num_samples for s in streams)
+    table = functools.partial(columns_table_for, streams, layout, features, forms, allow)
+    return OpenedSplit(rows, features, table, files=streams)
+
+
+class MMIdxMosaic(MosaicBuilderMixin, GPTSamplesBuilder):
+    """MosaicML shards as rows, in shard order: every column, or one column of token ids."""
+
+    BUILDER_CONFIG_CLASS = MosaicConfig
+    KIND = "MosaicML shards (MDS index.json or Composer's index.mds), rows as stored"
+
+    @classmethod
+    def claims(cls, settings: dict, files: list[str]) -> bool:
+        return holds_mosaic_index(files) or any(name in settings for name in OWN_SETTINGS)
+
+    def _card_fits(self, features) -> bool:
+        return False  # a card's dataset_info describes GPT samples, not these rows
+
+    def _card_counts_apply(self) -> bool:
+        return False
+
+    def _plan(self, split, files, dl_manager):
+        return self._plan_streams(split, files, dl_manager, allow_unsafe_types=self.config.allow_unsafe_types,
+                                  **self._mosaic_settings())
+
+    def _order(self, plan):
+        return {"token_column": plan["token_column"]}
+
+    @staticmethod
+    def open_plan(plan: Plan, opener) -> OpenedSplit:
+        if plan["token_column"] is None:
+            return columns_split(plan, opened_streams(plan, opener))
+        source = token_source(plan, opener, plan["token_column"])
+        lengths = np.asarray(source.sequence_lengths)
+        fixed = int(lengths[0]) if len(lengths) and (lengths == lengths[0]).all() else None
+        dtype = np.dtype(plan["token_dtype"]) if plan["token_dtype"] else source.dtype
+        values = datasets.Value(dtype.name)
+        features = datasets.Features({"input_ids": datasets.List(values, length=fixed) if fixed is not None
+                                      else datasets.List(values)})
+        table = functools.partial(token_rows_table, source, plan["token_dtype"], fixed)
+        return OpenedSplit(len(lengths), features, table, files=source.parts, source=source)
