@@ -33,6 +33,8 @@ from .pair_downloads import download_pairs
 from ..sources.token_source import Concatenated
 from .opened_files import indexed_files
 from .gpt_samples import GPTConfig, GPTSamplesBuilder, structure_columns
+from .mmidx_mosaic import UNPACK_FOLDER, plan_streams, token_source_of
+from .mosaic_streams import identity_paths_of, mosaic_index_of
 from .plans import OpenedSplit, Plan, opened_split
 from .tables import fixed_size_lists, sample_features
 
@@ -59,6 +61,9 @@ class MegatronConfig(GPTConfig):
         seq_length (`int`, defaults to 2048 or ``--seq-length``), seed (`int`, 1234 or ``--seed``),
         add_extra_token, document_structure, index_cache_dir, dtype, read_ahead_bytes: as for
         .bin/.idx pairs (:class:`GPTConfig`); ``num_epochs`` does not apply (sizes are ``num_samples``).
+        token_column (`str`, optional): for prefixes that name MosaicML shards (a folder holding an
+            ``index.json``, or the index itself), the column of token ids (default ``tokens``, else
+            the only column that can hold ids); each sample of it is a document.
     """
 
     data_path: object = None
@@ -69,6 +74,7 @@ class MegatronConfig(GPTConfig):
     mid_level_dataset_surplus: float | None = None
     megatron_args: str | None = None
     megatron_version: str | None = None
+    token_column: str | None = None
     # Not a setting: the flags change batches, not samples. Declared only to refuse it by name.
     collator_flags: dict | None = field(default=None, repr=False)
 
@@ -105,6 +111,16 @@ class MegatronConfig(GPTConfig):
         # adds it, and the config is validated again then); "no data" is said when loading.
         if self.megatron_args or any(getattr(self, name) is not None for name in BLEND_SETTINGS):
             resolution.plans
+
+
+# What a planned prefix's .bin slot holds when the prefix names MosaicML shards.
+MOSAIC_PREFIX = "<mosaic>"
+
+
+def mosaic_tokens(streams, opener, plan: Plan):
+    """A prefix of MosaicML shards opened: its token column as one token source."""
+    return token_source_of(streams, opener, plan["token_column"], plan["dtype"], plan["index_cache_dir"],
+                           os.path.join(plan["index_cache_dir"], UNPACK_FOLDER), verify=False)
 
 
 def megatron_table(built, plan: Plan, rows: np.ndarray) -> pa.Table:
@@ -148,18 +164,31 @@ class MMIdxMegatron(GPTSamplesBuilder):
             prefixes = all_prefixes(config.plans())
         except ParameterError:
             return []
-        paths = [self._locate(p) + ext for p in prefixes for ext in (".bin", ".idx")]
+        located = [self._locate(p) for p in prefixes]
+        shards = [mosaic_index_of(p) for p in located]
+        paths = [p + ext for p, index in zip(located, shards) if index is None for ext in (".bin", ".idx")]
+        paths += identity_paths_of([index for index in shards if index is not None])
         return [p for p in paths if is_remote(p) or os.path.exists(p)]
 
     def _plans(self, dl_manager) -> list[Plan]:
         plans = self.config.plans()
         prefixes = all_prefixes(plans)
         located = [self._locate(p) for p in prefixes]
-        read = download_pairs(dl_manager, [path for prefix in located for path in (prefix + ".bin", prefix + ".idx")])
-        files = [(p, read[2 * i], read[2 * i + 1]) for i, p in enumerate(prefixes)]
-        identity = self._identity([path for prefix in located for path in (prefix + ".bin", prefix + ".idx")])
+        indexes = [mosaic_index_of(p) for p in located]
+        pairs = [p for p, index in zip(located, indexes) if index is None]
+        read = iter(download_pairs(dl_manager, [path for prefix in pairs for path in (prefix + ".bin", prefix + ".idx")]))
+        files, identities = [], []
+        for prefix, path, index in zip(prefixes, located, indexes):
+            if index is None:
+                files.append((prefix, next(read), next(read)))
+                identities.append(self._identity([path + ".bin", path + ".idx"]))
+            else:  # MosaicML shards: the stream planned as the mosaic kinds plan it
+                streams, identity = plan_streams(prefix, [index], dl_manager)
+                files.append((prefix, MOSAIC_PREFIX, streams))
+                identities.append(identity)
+        identity = "|".join(identities)
         with_dataset_id = any(plan.blend is not None for plan in plans.values())
-        settings = self._sample_settings()
+        settings = {**self._sample_settings(), "token_column": self.config.token_column}
 
         def plan_of(name, plan, **override):
             prefixes_of_plan = {p.prefix for p in plan.parts}
@@ -185,15 +214,22 @@ class MMIdxMegatron(GPTSamplesBuilder):
                 "ratio": split.ratio, "num_samples": [p.num_samples for p in split.parts]}
 
     def _token_facts(self, plan, dl_manager):
-        return provenance.tokenizer_facts([bin_path for _, bin_path, _ in plan.read_paths], dl_manager, open,
-                                          fetched=self._fetched_sidecars())
+        return provenance.tokenizer_facts([bin_path for _, bin_path, _ in plan.read_paths if bin_path != MOSAIC_PREFIX],
+                                          dl_manager, open, fetched=self._fetched_sidecars())
 
     @staticmethod
     def open_plan(plan: Plan, opener) -> OpenedSplit:
         # Every prefix's pair at once, and a prefix another split of the blend opened is not opened again.
-        files = indexed_files([(idx_path, bin_path) for _, bin_path, idx_path in plan.read_paths], opener,
-                              plan["index_cache_dir"])
-        sources = {prefix: Concatenated([f]) for (prefix, _, _), f in zip(plan.read_paths, files)}
+        pairs = [(prefix, idx_path, bin_path) for prefix, bin_path, idx_path in plan.read_paths
+                 if bin_path != MOSAIC_PREFIX]
+        opened = indexed_files([(idx_path, bin_path) for _, idx_path, bin_path in pairs], opener,
+                               plan["index_cache_dir"])
+        sources = {prefix: Concatenated([f]) for (prefix, _, _), f in zip(pairs, opened)}
+        files = list(opened)
+        for prefix, kind, streams in plan.read_paths:
+            if kind == MOSAIC_PREFIX:
+                sources[prefix] = mosaic_tokens(streams, opener, plan)
+                files += sources[prefix].parts
         built = build_split(plan["split_plan"], sources, cache_dir=plan["index_cache_dir"], **dict(plan["sampling"]))
         dtype = np.dtype(plan["dtype"]) if plan["dtype"] else built.dtype
         features = sample_features(dtype, built.sample_length, plan["document_structure"])

@@ -109,11 +109,18 @@ def opened_streams(plan: Plan, opener) -> list:
 
 
 def token_source(plan: Plan, opener, column: str | None) -> Concatenated:
-    """The streams' token column (``column``, else the one default_token_column picks), one
-    sequence per sample, the streams one after another."""
-    streams = opened_streams(plan, opener)
-    column = column or default_token_column(streams[0].index)
-    return Concatenated([TokenColumn(s, column, plan["token_dtype"], plan["index_cache_dir"]) for s in streams])
+    """The plan's streams' token column, one sequence per sample, streams one after another."""
+    return token_source_of(plan.read_paths, opener, column, plan["token_dtype"], plan["index_cache_dir"],
+                           os.path.join(plan["index_cache_dir"], UNPACK_FOLDER), plan["verify"])
+
+
+def token_source_of(streams, opener, column: str | None, dtype, cache_dir: str, unpack_dir: str,
+                    verify: bool) -> Concatenated:
+    """Planned ``streams`` opened, and their token column (``column``, else the one
+    default_token_column picks) read as one token source."""
+    opened = open_streams(streams, opener, unpack_dir, verify)
+    column = column or default_token_column(opened[0].index)
+    return Concatenated([TokenColumn(s, column, dtype, cache_dir) for s in opened])
 
 
 def default_token_column(index) -> str:

@@ -30,6 +30,17 @@ def holds_mosaic_index(files) -> bool:
     return any(index_layout(str(f)) is not None for f in files)
 
 
+def mosaic_index_of(prefix: str) -> str | None:
+    """The index file a Megatron prefix names when it names MosaicML shards: the index file
+    itself (local or remote), or a local folder holding one; None for a ``.bin``/``.idx`` prefix."""
+    if index_layout(prefix) is not None:
+        return prefix
+    if is_remote(prefix) or not os.path.isdir(prefix):
+        return None
+    found = sorted(name for name in os.listdir(prefix) if index_layout(name) is not None)
+    return os.path.join(prefix, found[0]) if found else None
+
+
 def _folder(path: str) -> str:
     return posixpath.dirname(path) if is_remote(path) else os.path.dirname(path)
 
@@ -165,5 +176,5 @@ def identity_paths_of(files: list[str]) -> list[str]:
     return paths
 
 
-__all__ = ["holds_mosaic_index", "identity_paths_of", "index_files", "open_streams", "read_indexes", "shard_paths",
+__all__ = ["holds_mosaic_index", "mosaic_index_of", "identity_paths_of", "index_files", "open_streams", "read_indexes", "shard_paths",
            "stream_identity", "streams_of"]
