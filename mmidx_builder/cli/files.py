@@ -14,9 +14,12 @@ from .keywords import in_flags
 
 
 def add_commands(commands) -> None:
-    p = commands.add_parser("inspect", help="flavour, dtype and sizes of a .bin/.idx pair")
-    p.add_argument("path", help="PREFIX, PREFIX.bin or PREFIX.idx")
+    p = commands.add_parser("inspect", help="flavour, dtype and sizes of a .bin/.idx pair (or a MosaicML folder)")
+    p.add_argument("path", help="PREFIX, PREFIX.bin or PREFIX.idx; or a folder of MosaicML shards (or its index.json "
+                                "/ index.mds)")
     p.add_argument("--json", action="store_true", help="one JSON object")
+    p.add_argument("--verify", action="store_true",
+                   help="MosaicML shards: read every shard whole and check its header and the hashes its index records")
     p.set_defaults(run=_inspect, explain=in_flags(p))
 
     p = commands.add_parser("show", help="the token ids of some sequences")
@@ -53,10 +56,40 @@ def _human_bytes(n: int) -> str:
     raise AssertionError("unreachable")
 
 
+def _inspect_mosaic(args, index_path: str) -> None:
+    from ..mosaic.stats import describe_stream, open_local_stream, verify_stream
+
+    info = describe_stream(open_local_stream(index_path).index)  # every shard's file and size checked
+    if args.verify:
+        info["verified_shards"] = verify_stream(index_path)
+    if args.json:
+        print(json.dumps(info))
+        return
+    compression = ", ".join(info["compression"]) if info["compression"] else "none"
+    rows = [("index", info["index"]), ("layout", info["layout"]),
+            ("columns", ", ".join(f"{c} ({e})" for c, e in info["columns"].items())),
+            ("shards", f"{info['shards']:,}"), ("samples", f"{info['samples']:,}"),
+            ("bytes", f"{info['raw_bytes']:,} ({_human_bytes(info['raw_bytes'])})"
+                      + (f", {info['compressed_bytes']:,} compressed" if info["compressed_bytes"] is not None else "")),
+            ("compression", compression), ("hashes", ", ".join(info["hashes"]) or "none recorded")]
+    if args.verify:
+        rows.append(("verified", f"{info['verified_shards']:,} shards read whole: headers, sizes and recorded hashes "
+                                 "match"))
+    width = max(len(name) for name, _ in rows)
+    for name, value in rows:
+        print(f"{name:<{width}}  {value}")
+
+
 def _inspect(args) -> None:
+    from ..mosaic.stats import local_index_path
     from ..sources.indexed import IndexedFile
     from ..sources.stats import describe
 
+    index_path = local_index_path(args.path)
+    if index_path is not None:
+        return _inspect_mosaic(args, index_path)
+    if args.verify:
+        raise ParameterError("--verify applies to MosaicML shards; a .bin/.idx pair is checked whole when opened")
     info = describe(IndexedFile.open(args.path))
     if args.json:
         print(json.dumps(info))
