@@ -6,8 +6,9 @@
 # Installs: the package with its test and optional extras ([dev]) and, where a CPU torch wheel
 # is in pip's local wheel folder, the differential-test oracles (docs/testing.md): megatron-core
 # 0.19.2 in .venv with its tokenizer extras, megatron-core 0.16.1 for preprocess_data.py,
-# torchdata and accelerate, fairseq in .venv-fairseq (minutes the first time, its wheel cached
-# after), megatron-core 0.16.1 in .venv-megatron016. Without that wheel the oracles' tests skip,
+# torchdata and accelerate, mosaicml-streaming 0.13.0 and Composer 0.9.0's legacy streaming,
+# fairseq in .venv-fairseq (minutes the first time, its wheel cached after), megatron-core
+# 0.16.1 in .venv-megatron016. Without that wheel the oracles' tests skip,
 # except under MMIDX_REQUIRE_ORACLE=1 (CI), where they fail.
 # Idempotent: once everything is installed, a second run goes straight to the tests (the
 # record is .venv/.mmidx-test-deps, the sha256 of pyproject.toml and these scripts).
@@ -24,6 +25,7 @@ if [ "$(cat "$record" 2>/dev/null)" != "$wanted" ]; then
     bash scripts/install_oracle_extras.sh .venv
     bash scripts/install_preprocess_data_oracle.sh .venv
     bash scripts/install_training_test_deps.sh .venv
+    bash scripts/install_mosaic_oracle.sh .venv
     bash scripts/install_fairseq_oracle.sh .venv-fairseq
     bash scripts/install_megatron016_oracle.sh .venv-megatron016
     echo "$wanted" > "$record"

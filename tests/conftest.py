@@ -32,10 +32,10 @@ if REQUIRE_ORACLE and not getattr(pytest.importorskip, "_mmidx", False):
     pytest.importorskip = _importorskip_or_fail(pytest.importorskip)
 
 # Tests that compare with an oracle (megatron-core, Megatron-LM's archives, fairseq,
-# preprocess_data.py), marked "oracle" by the fixture or module they use; tests that take
-# long, marked "slow". `pytest -m "not oracle and not slow"` is the fast local tier; CI runs
-# everything. A module listed here is marked as a whole.
-ORACLE_FIXTURES = {"megatron", "fairseq_python", "megatron_lm", "oracle", "preprocess_data"}
+# preprocess_data.py, MosaicML's streaming), marked "oracle" by the fixture or module they use;
+# tests that take long, marked "slow". `pytest -m "not oracle and not slow"` is the fast local
+# tier; CI runs everything. A module listed here is marked as a whole.
+ORACLE_FIXTURES = {"megatron", "fairseq_python", "megatron_lm", "oracle", "preprocess_data", "mosaic"}
 ORACLE_MODULES = {"test_megatron_lm_oracle.py", "test_convert_preprocess_data.py", "test_fairseq_oracle.py",
                   "test_format_oracle.py", "test_sampling_oracle.py", "test_convert_megatron_lm.py",
                   "test_megatron_builder.py", "test_megatron_plan.py", "test_megatron_resolve.py",
@@ -74,6 +74,22 @@ def megatron():
     oracle.gpt_dataset = gpt_dataset
     oracle.helpers = helpers
     return oracle
+
+
+@pytest.fixture(scope="session")
+def mosaic():
+    """tests/mosaic_oracle.py, MosaicML's own shard writers and readers (mosaicml-streaming
+    0.13.0 for MDS, Composer 0.9.0 for the legacy format), once both import: ``mosaic.write_mds``,
+    ``mosaic.read_mds_streaming``, ``mosaic.write_legacy``, ``mosaic.read_legacy_index``...
+
+    Skips where either is missing (scripts/install_mosaic_oracle.sh installs them), except
+    under MMIDX_REQUIRE_ORACLE=1 (CI), where it fails.
+    """
+    import mosaic_oracle
+
+    mosaic_oracle.streaming_or_skip()
+    mosaic_oracle.composer_streaming_or_skip()
+    return mosaic_oracle
 
 
 @pytest.fixture(scope="session")
