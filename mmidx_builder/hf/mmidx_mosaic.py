@@ -182,17 +182,23 @@ def stream_layout(streams) -> Layout:
     return Layout(first.columns, first.encodings, first.layout == "legacy")
 
 
-def _first_values(streams, layout: Layout) -> dict:
-    """Each open-ended column's first value (bytes), from the first stream that has a sample."""
+# A pickle column's type is inferred from the stream's first samples: this many of them.
+PICKLE_TYPE_SAMPLES = 256
+
+
+def _leading_values(streams, layout: Layout) -> dict:
+    """The open-ended columns' first values (bytes), from the first stream that has samples:
+    an ndarray column's first, a pickle column's first PICKLE_TYPE_SAMPLES."""
     wanted = [i for i, e in enumerate(layout.encodings)
               if e.kind is Kind.PICKLE or (e.kind is Kind.NDARRAY and e.size is None)]
-    if not wanted:
-        return {}
-    for files in streams:
+    count = PICKLE_TYPE_SAMPLES if any(layout.encodings[i].kind is Kind.PICKLE for i in wanted) else 1
+    for files in streams if wanted else ():
         if files.num_samples:
-            data, at, lengths = files.read_samples(np.array([0]))
+            data, at, lengths = files.read_samples(np.arange(min(files.num_samples, count)))
             starts, sizes = column_spans(layout, data, at, lengths, lambda k: files.index.path)
-            return {layout.columns[i]: data[starts[0, i]:starts[0, i] + sizes[0, i]].tobytes() for i in wanted}
+            return {layout.columns[i]: [data[a:a + n].tobytes() for a, n in zip(starts[:, i].tolist(),
+                                                                                 sizes[:, i].tolist())]
+                    for i in wanted}
     return {}
 
 
@@ -210,7 +216,7 @@ def open_ndarray_form(encoding, first: bytes | None, path: str) -> NdarrayForm |
 def columns_split(plan: Plan, streams) -> OpenedSplit:
     layout = stream_layout(streams)
     allow = plan["allow_unsafe_types"]
-    firsts = _first_values(streams, layout)
+    leading = _leading_values(streams, layout)
     forms, features = {}, {}
     for column, encoding in zip(layout.columns, layout.encodings):
         if encoding.kind is Kind.PICKLE and not allow:
@@ -218,11 +224,12 @@ def columns_split(plan: Plan, streams) -> OpenedSplit:
                 f"{streams[0].index.path}: column {column!r} is encoded 'pkl': its values are pickles, and unpickling "
                 "runs whatever code the file's author put in them. Pass allow_unsafe_types=True to read it if you "
                 "trust the data (StreamingDataset asks the same)")
-        sample = pickle.loads(firsts[column]) if encoding.kind is Kind.PICKLE and column in firsts else None
-        form = open_ndarray_form(encoding, firsts.get(column), streams[0].index.path)
+        values = leading.get(column, [])
+        pickled = [pickle.loads(v) for v in values] if encoding.kind is Kind.PICKLE else None
+        form = open_ndarray_form(encoding, values[0] if values else None, streams[0].index.path)
         if form is not None:
             forms[column] = form
-        features[column] = column_feature(encoding, form, sample)
+        features[column] = column_feature(encoding, form, pickled)
     features = datasets.Features(features)
     rows = sum(s.num_samples for s in streams)
     table = functools.partial(columns_table_for, streams, layout, features, forms, allow)

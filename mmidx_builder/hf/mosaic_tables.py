@@ -17,7 +17,8 @@
     jpeg, png, pil                 Image()                                   {bytes, path}
     list[jpeg], list[png],         List(Image())                             list of {bytes, path}
       list[pil], jpeg_array
-    pkl (allow_unsafe_types=True)  inferred from the stream's first sample  as inferred
+    pkl (allow_unsafe_types=True)  inferred from the stream's first 256      as inferred
+                                   samples
 
 An ndarray whose encoding leaves the dtype or the shape to each value is read with the dtype
 and number of axes of the stream's first sample (mosaic/columns.py). ``pil`` values become
@@ -43,9 +44,9 @@ def json_feature():
     return datasets.Json() if hasattr(datasets, "Json") else datasets.Value("string")
 
 
-def column_feature(encoding: Encoding, form: NdarrayForm | None, sample=None):
-    """The feature of a column of ``encoding`` (``form``: an open ndarray's; ``sample``: a
-    pickle column's first value, unpickled)."""
+def column_feature(encoding: Encoding, form: NdarrayForm | None, pickled=None):
+    """The feature of a column of ``encoding`` (``form``: an open ndarray's; ``pickled``: a
+    pickle column's first values, unpickled, whose common type Arrow infers)."""
     kind = encoding.kind
     if kind is Kind.BYTES:
         return datasets.Value("binary")
@@ -64,7 +65,7 @@ def column_feature(encoding: Encoding, form: NdarrayForm | None, sample=None):
     if kind in (Kind.IMAGE_LIST, Kind.PIL_LIST, Kind.JPEG_ARRAY):
         return datasets.List(datasets.Image())
     if kind is Kind.PICKLE:
-        inferred = pa.array([sample]).type
+        inferred = pa.array(pickled or []).type
         return datasets.Features.from_arrow_schema(pa.schema([("x", inferred)]))["x"]
     if encoding.shape is not None:
         feature = datasets.Value(encoding.dtype.name)
