@@ -475,3 +475,22 @@ def test_a_colon_in_a_name_is_a_scheme_only_where_datasets_reads_one(world, monk
                           ("data_path", "  data_path: ['a:b_text_document']\n  split_ratios: '1'\n  seq_length: 8\n")):
         with pytest.raises(ParameterError, match=f"{setting}='a:b_text_document.*{ESCAPE}"):
             _load_card(world, card)
+
+
+@pytest.mark.parametrize("card", [
+    "  data_path: ['.']\n  split_ratios: '1'\n  seq_length: 8\n",
+    "  data_path: ['0.5', a_text_document, '0.5', './']\n  split_ratios: '1'\n  seq_length: 8\n",
+    "  train_data_path: ['']\n  valid_data_path: [a_text_document]\n  test_data_path: [a_text_document]\n"
+    "  seq_length: 8\n",
+    f"  megatron_args: '--data-path . {RUN}'\n",
+    f"  megatron_args: '--data-args-path blend.list {RUN}'\n",
+])
+def test_a_prefix_naming_the_folder_itself_is_refused(world, card):
+    """A Megatron prefix names PREFIX.bin/.idx: the folder itself (``.``, ``./``, ``''``) names
+    ``ds.bin`` and ``ds.idx``, beside the folder."""
+    write_documents(world / "ds", [np.arange(1, 30)] * 20, dtype=np.uint16)  # world/ds.bin, outside ds/
+    (world / "ds" / "blend.list").write_text("1 .\n")
+    with pytest.raises(ParameterError, match=ESCAPE):
+        _load_card(world, card)
+    with pytest.raises(ParameterError, match=ESCAPE):
+        _load_card(world, card, streaming=True)

@@ -17,10 +17,11 @@ fsspec will open the name (:func:`is_url`): no ``://``, no ``::`` chain, no ``sc
 any case, registered or not (``file:/x`` and ``local:/x`` are ``/x`` to fsspec; ``FILE:/x`` and
 ``a:b`` are taken from the working directory), no drive (``C:``). A name datasets has already
 resolved may be a path or URL spelled below the folder or repo, a ``file:``/``local:`` one judged
-by the local path fsspec opens for it, a chain never. It is applied to the names as written,
-not to resolved link targets: a Hub snapshot (``snapshot_download``) is symbolic links into
-``blobs/``, clusters link data folders, and links that the user's own file system holds are
-followed. ``..`` is refused even where it stays inside (``a/../b``): the system resolves
+by the local path fsspec opens for it, a chain never. A Megatron prefix must not be the folder
+itself (``.``): its pair would be ``<folder>.bin`` beside it. The rule is applied to the names
+as written, not to resolved link targets: a Hub snapshot (``snapshot_download``) is symbolic
+links into ``blobs/``, clusters link data folders, and links that the user's own file system
+holds are followed. ``..`` is refused even where it stays inside (``a/../b``): the system resolves
 ``link/..`` through the link, not lexically. A card's ``index_cache_dir`` is dropped
 (hf/mmidx.py): a card never chooses where we write. A caller's own arguments may name anything.
 """
@@ -102,13 +103,14 @@ def _roots(base_path: str | None, data_dir: str | None) -> list[str]:
     return [os.path.normpath(os.path.abspath(root)), os.path.realpath(root)]
 
 
-def check_card_name(name, setting: str, roots: list[str] = ()) -> None:
+def check_card_name(name, setting: str, roots: list[str] = (), prefix: bool = False) -> None:
     """Raises ParameterError when a name from the card's ``setting`` may reach outside the
     dataset. A name already resolved by datasets (a path or URL) passes when it is spelled
-    below one of ``roots``."""
+    below one of ``roots``. A Megatron ``prefix`` names PREFIX.bin and PREFIX.idx: one that is
+    the folder itself (``.``, ``./``, an empty token) names the pair beside the folder."""
     if not isinstance(name, str):
         raise ParameterError(f"the dataset card's {setting} must name files by strings, got {type(name).__name__}")
-    if escapes(name) and not _under(name, roots):
+    if (escapes(name) and not _under(name, roots)) or (prefix and posixpath.normpath(name.replace("\\", "/")) == "."):
         raise ParameterError(f"the dataset card's configs name {setting}={name!r}, outside the dataset folder or "
                              "repository; a card may only name files inside it, by relative paths without '..' or a "
                              "protocol (file:, simplecache::, ...) "
@@ -149,17 +151,19 @@ def scoped_card(card: dict, data_files, data_dir, call: dict, base_path: str | N
     for setting in BLEND_SETTINGS:
         if card.get(setting) is not None and setting not in call:
             for name in _prefixes(card[setting], setting):
-                check_card_name(name, setting)
+                check_card_name(name, setting, prefix=True)
     if card.get("megatron_args") is not None and "megatron_args" not in call:
         for argument, names in named_paths(card["megatron_args"]).items():
             for name in names:
                 if not _is_number(name):
-                    check_card_name(name, f"megatron_args --{argument.replace('_', '-')}")
+                    check_card_name(name, f"megatron_args --{argument.replace('_', '-')}",
+                                    prefix=argument in BLEND_SETTINGS)
         inlined = inline_argument_files(card["megatron_args"], _opener(base_path, download_config))
         for argument, names in named_paths(inlined).items():  # the argument files' tokens
             for name in names:
                 if not _is_number(name):
-                    check_card_name(name, f"megatron_args --{argument.replace('_', '-')} (from an argument file)")
+                    check_card_name(name, f"megatron_args --{argument.replace('_', '-')} (from an argument file)",
+                                    prefix=argument in BLEND_SETTINGS)
         card = {**card, "megatron_args": inlined}
     return card
 
