@@ -16,6 +16,7 @@ from datasets import load_dataset
 
 import mmidx_builder  # noqa: F401  registers the builders
 from mmidx_builder.errors import MMIdxError, ParameterError
+from mmidx_builder.hf.card_scope import check_card_name
 from mmidx_builder.sources.indexed import write_documents
 
 SECRET = "root:x:0:0:SECRET-LINE-THAT-MUST-NOT-BE-PRINTED 0.5 b"
@@ -256,7 +257,9 @@ def test_a_hub_card_reads_its_argument_file_from_the_repo_and_cannot_leave_it(lo
     assert len(from_hub) == 6
     for card in (f"  megatron_args: '--data-args-path ../../other/blend.list {RUN}'\n",
                  f"  megatron_args: '--data-args-path {tmp_path / 'blend.list'} {RUN}'\n",
-                 "  data_path: [hf://datasets/other/repo/x_text_document]\n  split_ratios: '1'\n"):
+                 "  data_path: [hf://datasets/other/repo/x_text_document]\n  split_ratios: '1'\n",
+                 f"  data_files: 'file:{tmp_path}/a_text_document.bin'\n  seq_length: 8\n",  # issue 40
+                 f"  data_path: ['local:{tmp_path}/a_text_document']\n  split_ratios: '1'\n"):
         local_hub.commit("me/evil", _repo_files(tmp_path, card))
         with pytest.raises(ParameterError, match=ESCAPE):
             load_dataset("me/evil", cache_dir=str(tmp_path / "c"), split="train")
@@ -303,3 +306,191 @@ def test_a_bad_per_split_file_is_one_parameter_error(tmp_path, content, said):
     with pytest.raises(ParameterError, match=said):
         load_dataset("mmidx", megatron_args=f"--per-split-data-args-path {tmp_path / 'per_split.json'} {RUN}",
                      cache_dir=str(tmp_path / "c"))
+
+
+# --- issue 40: every path-bearing setting x every way datasets or fsspec read a name as a URL ---
+
+# Each spelling names an outside target: {p} its absolute path, {rel} its path from the world
+# (ds/x/../.. is the world), {name} its base name, {world} the world.
+SPELLINGS = {
+    "file:/abs": "file:{p}",
+    "FILE:/abs": "FILE:{p}",  # a scheme to datasets (urlparse is case-blind); fsspec: cwd/'FILE:/abs'
+    "file:///abs": "file://{p}",
+    "local:/abs": "local:{p}",
+    "LOCAL://abs": "LOCAL:/{p}",
+    "File:x/../..": "File:x/../../{rel}",
+    "simplecache::file:///abs": "simplecache::file://{p}",
+    "simplecache::/abs": "simplecache::{p}",
+    "filecache::/abs": "filecache::{p}",
+    "blockcache::/abs": "blockcache::{p}",
+    "zip://member::file:/abs.zip": "zip://{rel}::file:{world}/archive.zip",
+    "memory://abs": "memory://{p}",
+    "memory:abs": "memory:{p}",
+    "C:relative (a drive)": "C:{name}",
+    "an unregistered scheme": "no-such+scheme.1:{p}",
+    "leading blank, file:/abs": " file:{p}",
+}
+
+
+def _per_split(split: str, spelled: str, yaml: bool) -> str:
+    """The three per-split paths, ``split``'s spelled, the others the folder's own prefix."""
+    names = {s: spelled if s == split else "a_text_document" for s in ("train", "valid", "test")}
+    if yaml:
+        return "".join(f"  {s}_data_path: [{name}]\n" for s, name in names.items())
+    return " ".join(f"--{s}-data-path {name}" for s, name in names.items())
+
+
+# setting (as the error names it), the outside target it names, the card (``{v}``: the spelled name;
+# quoted in a command line, which is split as a shell splits it).
+V = '"{v}"'
+PAIR, BIN = "outside/secret_text_document", "outside/secret_text_document.bin"
+PATH_SETTINGS = {
+    "data_files": ("data_files", BIN, "  data_files: '{v}'\n  seq_length: 8\n"),
+    "data_files list": ("data_files", BIN, "  data_files: ['{v}']\n  seq_length: 8\n"),
+    "data_files split": ("data_files", BIN, "  data_files:\n  - split: train\n    path: '{v}'\n  seq_length: 8\n"),
+    "data_files split list": ("data_files", BIN, "  data_files:\n  - split: train\n"
+                                                 "    path: [a_text_document.bin, '{v}']\n  seq_length: 8\n"),
+    "data_dir": ("data_dir", "outside", "  data_dir: '{v}'\n  seq_length: 8\n"),
+    "data_path": ("data_path", PAIR, "  data_path: ['0.5', a_text_document, '0.5', '{v}']\n  split_ratios: '1'\n"
+                                     "  seq_length: 8\n"),
+    **{f"{split}_data_path": (f"{split}_data_path", PAIR, _per_split(split, "'{v}'", yaml=True) + "  seq_length: 8\n")
+       for split in ("train", "valid", "test")},
+    "--data-path": ("megatron_args --data-path", PAIR,
+                    f"  megatron_args: '--data-path 0.5 a_text_document 0.5 {V} {RUN}'\n"),
+    "--data-path=": ("megatron_args --data-path", PAIR, f"  megatron_args: '--data-path={V} {RUN}'\n"),
+    **{f"--{split}-data-path": (f"megatron_args --{split}-data-path", PAIR,
+                                f"  megatron_args: '{_per_split(split, V, yaml=False)} {RUN}'\n")
+       for split in ("train", "valid", "test")},
+    "--data-args-path": ("megatron_args --data-args-path", "outside/blend.txt",
+                         f"  megatron_args: '--data-args-path {V} {RUN}'\n"),
+    "--per-split-data-args-path": ("megatron_args --per-split-data-args-path", "outside/per_split.json",
+                                   f"  megatron_args: '--per-split-data-args-path {V} {RUN}'\n"),
+}
+
+
+def _spelled(world, spelling: str, target: str) -> str:
+    path = world / target
+    return SPELLINGS[spelling].format(p=path, rel=target, name=path.name, world=world)
+
+
+def _plant(world, setting: str, spelled: str, monkeypatch) -> None:
+    """Puts the outside pair wherever datasets looks for a card's ``data_files`` or ``data_dir``
+    before any builder runs, so that the load reaches the card check instead of stopping at
+    "no data files". The Megatron settings need none: nothing opens them before the check."""
+    if not setting.startswith(("data_files", "data_dir")):
+        return
+    import zipfile
+
+    from fsspec.implementations.memory import MemoryFileSystem
+
+    outside = world / "outside"
+    with zipfile.ZipFile(world / "archive.zip", "w") as archive:
+        for f in outside.iterdir():
+            archive.write(f, f"outside/{f.name}")
+    monkeypatch.setattr(MemoryFileSystem, "store", {})  # this test's memory:// files only
+    monkeypatch.setattr(MemoryFileSystem, "pseudo_dirs", [""])
+    memory = MemoryFileSystem()
+    for f in outside.iterdir():
+        memory.pipe(str(f), f.read_bytes())
+    if setting == "data_dir":
+        # datasets joins data_dir to the folder as text (os.path.join), then cuts a pattern's
+        # path at its first '::'.
+        where = [world / "ds" / spelled.split("::")[0]]
+    else:
+        # A pattern with a scheme is not joined to the folder: fsspec takes it from the working
+        # directory unless it is file:/local: (the outside pair itself) or a registered protocol
+        # (the archive, the memory files, the chains' last hop).
+        where = [world / "cwd" / spelled.removesuffix(".bin")] if "::" not in spelled else []
+    for place in where:
+        if "://" in str(place):
+            continue  # datasets takes the text before '://' for a protocol and stops there
+        prefix = place / "secret_text_document" if setting == "data_dir" else place
+        os.makedirs(os.path.dirname(prefix), exist_ok=True)
+        if not os.path.exists(f"{prefix}.bin"):
+            write_documents(prefix, [np.arange(1, 30)] * 20, dtype=np.uint16)
+
+
+def _datasets_stops_first(setting: str, spelled: str) -> bool:
+    """What datasets cannot resolve itself, before any builder runs (nothing is read): a data_dir
+    with '://' (joined to the folder as text, what precedes '://' is a protocol fsspec does not
+    know), 'LOCAL://' (fsspec's protocols are case-sensitive) and, in data_files,
+    'simplecache::file://' (datasets' glob of that chain gives a name that matches nothing)."""
+    return ((setting == "data_dir" and "://" in spelled)
+            or (setting.startswith("data_files") and spelled.startswith(("LOCAL://", "simplecache::file://"))))
+
+
+@pytest.mark.parametrize("spelling", sorted(SPELLINGS))
+@pytest.mark.parametrize("setting", sorted(PATH_SETTINGS))
+def test_a_card_cannot_name_a_file_outside_by_any_protocol_spelling(world, monkeypatch, setting, spelling):
+    """Issue 40 item 1: ``file:/abs`` (also ``FILE:``, ``local:``, ``simplecache::``, chains, any
+    ``scheme:``) read a pair from anywhere through a card: each is judged by the path datasets or
+    fsspec open for it, and refused, prepared and streaming."""
+    named, target, card = PATH_SETTINGS[setting]
+    spelled = _spelled(world, spelling, target)
+    (world / "cwd").mkdir()
+    monkeypatch.chdir(world / "cwd")
+    _plant(world, setting, spelled, monkeypatch)
+    if _datasets_stops_first(setting, spelled):
+        with pytest.raises((ValueError, FileNotFoundError)):
+            _load_card(world, card.format(v=spelled))
+        with pytest.raises(ParameterError, match=ESCAPE):  # should a datasets release ever hand it over
+            check_card_name(spelled, named, [str(world / "ds")])
+        return
+    for streaming in (False, True):
+        with pytest.raises(ParameterError, match=ESCAPE) as raised:
+            _load_card(world, card.format(v=spelled), streaming=streaming)
+        assert f"{named}={spelled!r}" in str(raised.value), str(raised.value)
+        assert SECRET not in str(raised.value)
+
+
+@pytest.mark.parametrize("spelling", ["file:{ds}/a_text_document.bin", "file://{ds}/a_text_document.bin",
+                                      "local:{ds}/a_text_document.bin"])
+def test_a_local_protocol_naming_a_file_inside_the_folder_loads(world, spelling):
+    """Judged by the path it opens, not refused for its spelling: file:/local: inside the folder."""
+    ds = world / "ds"
+    plain = _load_card(world, "  data_files: a_text_document.bin\n  seq_length: 8\n", split="train")
+    for streaming in (False, True):
+        loaded = _load_card(world, f"  data_files: '{spelling.format(ds=ds)}'\n  seq_length: 8\n", split="train",
+                            streaming=streaming)
+        assert [row["input_ids"] for row in loaded] == plain["input_ids"]
+
+
+def test_a_colon_in_a_name_is_a_scheme_only_where_datasets_reads_one(world, monkeypatch):
+    """``data/a:b_text_document`` is joined to the folder and opened as written (a '/' comes before
+    the ':'): it loads. ``a:b_text_document`` has a scheme to datasets, which reads it from the
+    working directory, not the folder: refused. ``./a:b_text_document`` names that file."""
+    ds, outside = world / "ds", world / "outside"
+    docs = [np.arange(1, 30)] * 20
+    for prefix in (ds / "data" / "a:b_text_document", ds / "a:b_text_document", outside / "a:b_text_document"):
+        write_documents(prefix, docs, dtype=np.uint16)
+    monkeypatch.chdir(outside)  # where datasets would read 'a:b_text_document.bin' from
+    for name in ("data/a:b_text_document", "./a:b_text_document"):
+        for streaming in (False, True):
+            files = _load_card(world, f"  data_files: '{name}.bin'\n  seq_length: 8\n", split="train",
+                               streaming=streaming)
+            blend = _load_card(world, f"  data_path: ['{name}']\n  split_ratios: '1'\n  seq_length: 8\n",
+                               split="train", streaming=streaming)
+            assert len(list(files)) > 0 and len(list(blend)) > 0, name
+    for setting, card in (("data_files", "  data_files: 'a:b_text_document.bin'\n  seq_length: 8\n"),
+                          ("data_path", "  data_path: ['a:b_text_document']\n  split_ratios: '1'\n  seq_length: 8\n")):
+        with pytest.raises(ParameterError, match=f"{setting}='a:b_text_document.*{ESCAPE}"):
+            _load_card(world, card)
+
+
+@pytest.mark.parametrize("card", [
+    "  data_path: ['.']\n  split_ratios: '1'\n  seq_length: 8\n",
+    "  data_path: ['0.5', a_text_document, '0.5', './']\n  split_ratios: '1'\n  seq_length: 8\n",
+    "  train_data_path: ['']\n  valid_data_path: [a_text_document]\n  test_data_path: [a_text_document]\n"
+    "  seq_length: 8\n",
+    f"  megatron_args: '--data-path . {RUN}'\n",
+    f"  megatron_args: '--data-args-path blend.list {RUN}'\n",
+])
+def test_a_prefix_naming_the_folder_itself_is_refused(world, card):
+    """A Megatron prefix names PREFIX.bin/.idx: the folder itself (``.``, ``./``, ``''``) names
+    ``ds.bin`` and ``ds.idx``, beside the folder."""
+    write_documents(world / "ds", [np.arange(1, 30)] * 20, dtype=np.uint16)  # world/ds.bin, outside ds/
+    (world / "ds" / "blend.list").write_text("1 .\n")
+    with pytest.raises(ParameterError, match=ESCAPE):
+        _load_card(world, card)
+    with pytest.raises(ParameterError, match=ESCAPE):
+        _load_card(world, card, streaming=True)
