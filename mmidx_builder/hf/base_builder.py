@@ -21,7 +21,7 @@ import pyarrow as pa
 from ..sources import provenance
 from ..storage.files import file_identity, free_bytes, out_of_room
 from ..checks import check_bool, check_int
-from ..errors import OutOfSpaceError, ParameterError
+from ..errors import MMIdxError, OutOfSpaceError, ParameterError
 from ..storage.remote import RemoteAccess
 from . import registry
 from .card_checksums import verify_against_card
@@ -78,6 +78,17 @@ class BaseConfig(datasets.BuilderConfig):
                                  f"({type(self.features).__name__})")
 
 
+def _our_error(error: BaseException | None) -> MMIdxError | None:
+    """The first of our typed errors in ``error``'s chain of causes, if any."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, MMIdxError):
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
+
+
 class BaseBuilder(datasets.ArrowBasedBuilder):
     """What every kind shares. A kind says how a split's files become a :class:`Plan`
     (``_plan``: downloads, nothing opened) and how a plan is opened (``open_plan``); the base
@@ -122,7 +133,12 @@ class BaseBuilder(datasets.ArrowBasedBuilder):
             raise
         except Exception as error:
             # datasets says "An error occurred while generating the dataset" and removes its
-            # incomplete folder; the lack of space is in the chain, said here as it is.
+            # incomplete folder; what went wrong is in the chain, said here as it is: one of
+            # our typed errors (a shard found damaged while its rows were written), or a lack
+            # of space.
+            ours = _our_error(error)
+            if ours is not None and ours is not error:
+                raise ours from error
             if out_of_room(error) is None:
                 raise
             folder = self._output_dir

@@ -157,11 +157,7 @@ def columns_table_for(streams, layout, features, forms, allow_pickle, rows: np.n
         files = streams[s]
         ids = rows[mine] - firsts[s]
         data, at, lengths = files.read_samples(ids)
-
-        def name(k, files=files, ids=ids):
-            shard, within = files.locate([ids[k]])
-            return (f"{files.index.folder}/{files.index.shards[int(shard[0])].name}: sample {int(within[0])}")
-
+        name = (lambda k, files=files, ids=ids: files.name_of(int(ids[k])))
         tables.append(columns_table(layout, features, forms, data, at, lengths, name, allow_pickle))
         order.append(mine)
     table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
@@ -195,7 +191,7 @@ def _leading_values(streams, layout: Layout) -> dict:
     for files in streams if wanted else ():
         if files.num_samples:
             data, at, lengths = files.read_samples(np.arange(min(files.num_samples, count)))
-            starts, sizes = column_spans(layout, data, at, lengths, lambda k: files.index.path)
+            starts, sizes = column_spans(layout, data, at, lengths, files.name_of)
             return {layout.columns[i]: [data[a:a + n].tobytes() for a, n in zip(starts[:, i].tolist(),
                                                                                  sizes[:, i].tolist())]
                     for i in wanted}

@@ -247,6 +247,12 @@ class ShardFiles:
         shards = np.searchsorted(self.shard_starts, ids, side="right") - 1
         return shards, ids - self.shard_starts[shards]
 
+    def name_of(self, sample_id: int) -> str:
+        """Sample ``sample_id`` of the stream as errors name it: its shard file and number there."""
+        shards, within = self.locate([sample_id])
+        shard = self.index.shards[int(shards[0])]
+        return f"{_join(self.index.folder, shard.name)}: sample {int(within[0])}"
+
     def spans(self, sample_ids) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(shard, start, length)`` of each sample's bytes."""
         shards, within = self.locate(sample_ids)

@@ -64,8 +64,7 @@ def verify_stream(path: str) -> int:
         for number, shard in enumerate(index.shards):
             # Every sample's header: its column sizes fill the sample exactly.
             data, at, lengths = files.read_samples(np.arange(starts[number], starts[number + 1]))
-            column_spans(layout, data, at, lengths,
-                         lambda k, shard=shard: f"{index.folder}/{shard.name}: sample {k}")
+            column_spans(layout, data, at, lengths, lambda k, first=int(starts[number]): files.name_of(first + k))
     return len(index.shards)
 
 

@@ -221,9 +221,7 @@ class TokenColumn:
         return value_starts + header, counts
 
     def _name(self, k: int) -> str:
-        shard, within = self.files.locate([k])
-        return (f"{self.files.index.folder}/{self.files.index.shards[int(shard[0])].name}: sample {int(within[0])} "
-                f"(sample {k} of the stream)")
+        return f"{self.files.name_of(k)} (sample {k} of the stream)"
 
     def _check(self, bad: np.ndarray, field: str, expected: str, found) -> None:
         wrong = np.flatnonzero(bad)
