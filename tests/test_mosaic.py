@@ -406,3 +406,32 @@ def test_the_rank_stream_and_collator_take_mds_samples_as_they_take_a_pairs(mosa
         assert a.keys() == b.keys()
         for key in a:
             assert torch.equal(a[key], b[key]) if isinstance(a[key], torch.Tensor) else a[key] == b[key], key
+
+
+def test_mds_in_an_s3_bucket_loads_prepared_and_streaming_as_the_local_folder(mosaic, tmp_path, monkeypatch):
+    pytest.importorskip("s3fs")
+    pytest.importorskip("moto")
+    from hub_server import loopback_only
+    from s3_server import LocalS3
+
+    written = mosaic.write_llm_foundry_concat(tmp_path / "out", _documents(200), 64, eos=[0], size_limit=1 << 13)
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE", "AWS_ENDPOINT_URL"):
+        monkeypatch.delenv(name, raising=False)
+    import datasets.config
+
+    monkeypatch.setattr(datasets.config, "HF_UPDATE_DOWNLOAD_COUNTS", False)
+    with LocalS3() as server:
+        loopback_only(monkeypatch)
+        server.put_folder("bucket", tmp_path / "out", "llm")
+        url = "s3://bucket/llm/train/index.json"
+        for streaming in (True, False):
+            ds = load_dataset("mmidx", data_files={"train": url}, split="train", streaming=streaming,
+                              token_column="tokens", storage_options=server.storage_options,
+                              cache_dir=str(tmp_path / "cache"))
+            np.testing.assert_array_equal(np.array([r["input_ids"] for r in ds]), np.stack(written["train"]))
+        samples = load_dataset("mmidx", data_files={"train": url}, split="train", streaming=True, seq_length=SEQ,
+                               storage_options=server.storage_options, cache_dir=str(tmp_path / "cache"))
+        local = load_dataset(str(tmp_path / "out"), split="train", streaming=True, seq_length=SEQ,
+                             cache_dir=str(tmp_path / "cache"))
+        np.testing.assert_array_equal(np.array([r["input_ids"] for r in samples]),
+                                      np.array([r["input_ids"] for r in local]))

@@ -133,3 +133,20 @@ def test_a_request_waiting_for_one_of_few_connections_does_not_time_out(s3, fold
     finally:
         s3.latency = 0.0
     assert s3.gets["tokens/web_text_document.bin"] - gets >= 20  # as many requests, queued for 2 connections
+
+
+def test_sixteen_files_or_more_in_a_bucket_download_with_options_per_protocol(s3, tmp_path):
+    """datasets downloads 16 files and more in a batch that hands the whole per-protocol options
+    dict to s3fs (TypeError: unexpected keyword argument 'hf'): 17 .bin files (and then 17 .idx)."""
+    rng = np.random.default_rng(4)
+    folder = tmp_path / "many"
+    for i in range(17):
+        write_documents(folder / f"part{i}", [rng.integers(0, 50_000, n) for n in rng.integers(1, 60, 20)],
+                        dtype=np.uint16)
+    s3.put_folder("many", folder, "parts")
+    files = [f"s3://many/parts/part{i}.bin" for i in range(17)]
+    remote = load_dataset("mmidx", data_files={"train": files}, seq_length=SEQ, split="train",
+                          storage_options=s3.storage_options, cache_dir=str(tmp_path / "hf"))
+    local = load_dataset("mmidx", data_files={"train": [str(folder / f"part{i}.bin") for i in range(17)]},
+                         seq_length=SEQ, split="train", cache_dir=str(tmp_path / "hf"))
+    assert rows(remote, "input_ids") == rows(local, "input_ids")

@@ -18,6 +18,7 @@ from ..errors import FormatError, MissingPartnerError, ParameterError
 from ..mosaic.index import StreamIndex, index_layout, parse_index
 from ..mosaic.shards import ShardFiles
 from ..storage.files import file_identity, is_remote, read_small_file
+from .pair_downloads import download_many
 
 # An index.json of 100,000 shards is ~60 MB; a larger file is no index.
 MAX_INDEX_BYTES = 1 << 30
@@ -120,7 +121,7 @@ def shard_paths(index: StreamIndex, dl_manager, streaming: bool) -> dict[str, st
     if streaming or not any(is_remote(p) for p in wanted.values()):
         return wanted
     try:
-        downloaded = dl_manager.download([wanted[n] for n in names])
+        downloaded = download_many(dl_manager, [wanted[n] for n in names])
     except FileNotFoundError as error:
         raise MissingPartnerError(str(error), "file", f"the shards {index.path} names", "a missing shard") from error
     return dict(zip(names, downloaded))

@@ -32,6 +32,31 @@ def _exists(path: str, dl_manager) -> bool:
     return xexists(path, download_config=dl_manager.download_config)
 
 
+def download_many(dl_manager, urls: list[str]) -> list[str]:
+    """``dl_manager.download(urls)``, also for 16 files or more of one protocol given options per
+    protocol (``storage_options={"s3": {...}}``): datasets' batched download (16 files and up,
+    datasets 5.2's ``_download_batched``) hands the whole nested dict to the filesystem
+    (``TypeError: AioSession.__init__() got an unexpected keyword argument 'hf'``). One
+    protocol's own options, given flat, are what both of datasets' download paths take."""
+    from fsspec.core import split_protocol
+
+    config = dl_manager.download_config
+    options = config.storage_options or {}
+    protocols = {split_protocol(str(url))[0] for url in urls}
+    if len(urls) < 16 or len(protocols) != 1 or None in protocols or "hf" in protocols:
+        return dl_manager.download(urls)
+    (protocol,) = protocols
+    if not isinstance(options.get(protocol), dict):
+        return dl_manager.download(urls)
+    flat = config.copy()
+    flat.storage_options = dict(options[protocol])
+    dl_manager.download_config = flat
+    try:
+        return dl_manager.download(urls)
+    finally:
+        dl_manager.download_config = config
+
+
 def download_pairs(dl_manager, paths: list[str]) -> list[str]:
     """``dl_manager.download(paths)`` for a flat ``[bin, idx, bin, idx, ...]`` list, returning
     the downloaded paths in the same order; every ``.idx`` is fetched before any ``.bin``. A
@@ -41,7 +66,7 @@ def download_pairs(dl_manager, paths: list[str]) -> list[str]:
         positions = [i for i, path in enumerate(paths) if path.endswith(suffix)]
         wanted = [paths[i] for i in positions]
         try:
-            downloaded = dl_manager.download(wanted)
+            downloaded = download_many(dl_manager, wanted)
         except FileNotFoundError as error:
             missing = [path for path in wanted if not _exists(path, dl_manager)]
             if not missing:
@@ -53,4 +78,4 @@ def download_pairs(dl_manager, paths: list[str]) -> list[str]:
     return result
 
 
-__all__ = ["download_pairs"]
+__all__ = ["download_many", "download_pairs"]
