@@ -258,10 +258,11 @@ class ShardFiles:
         shards, within = self.locate(sample_ids)
         starts = np.empty(len(shards), np.int64)
         lengths = np.empty(len(shards), np.int64)
-        numbers = np.unique(shards)
+        order = np.argsort(shards, kind="stable")
+        numbers, firsts = np.unique(shards[order], return_index=True)
         self.open_all(numbers.tolist())
-        for number in numbers.tolist():
-            mine = shards == number
+        for number, begin, end in zip(numbers.tolist(), firsts.tolist(), [*firsts[1:].tolist(), len(order)]):
+            mine = order[begin:end]
             offsets = self.shard(number).offsets
             starts[mine] = offsets[within[mine]]
             lengths[mine] = offsets[within[mine] + 1] - starts[mine]
@@ -281,9 +282,11 @@ class ShardFiles:
             if not group:
                 continue
             mine = np.isin(shards, group) if len(group) < len(numbers) else slice(None)
-            position = {n: i for i, n in enumerate(group)}
-            which = np.array([position[n] for n in shards[mine].tolist()], np.int64) if len(group) > 1 else None
-            read([opened[n] for n in group], which, starts[mine], lengths[mine], at[mine], out)
+            # group is sorted (np.unique): a shard's position in it, for every run
+            which = np.searchsorted(group, shards[mine]) if len(group) > 1 else None
+            # Every run, one after another: the reader may then copy close runs as stretches.
+            places = None if len(group) == len(numbers) else at[mine]
+            read([opened[n] for n in group], which, starts[mine], lengths[mine], places, out)
 
     @staticmethod
     def _gather_local(files, which, starts, lengths, at, out) -> None:
@@ -291,6 +294,7 @@ class ShardFiles:
 
     def _gather_remote(self, objects, which, starts, lengths, at, out) -> None:
         which = np.zeros(len(starts), np.int64) if which is None else which
+        at = np.cumsum(lengths) - lengths if at is None else at
         pieces = read_ranges(self._access(), objects, which, starts, starts + lengths)
         view = memoryview(out.reshape(-1).view(np.uint8))
         for position, length, data in zip(at.tolist(), lengths.tolist(), pieces):

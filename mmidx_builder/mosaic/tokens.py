@@ -156,7 +156,8 @@ class TokenColumn:
         return starts, lengths
 
     def _layout(self) -> tuple[np.ndarray, np.ndarray]:
-        """Every sample's token run: its byte start in its shard and its count of ids."""
+        """Every sample's token run: its byte start in its shard and its count of ids, found a
+        shard at a time (temporaries of one shard's samples, not of the stream's)."""
         files, index = self.files, self.files.index
         n = files.num_samples
         if n == 0:
@@ -164,58 +165,92 @@ class TokenColumn:
                 raise FormatError(index.path, f"column {self.column!r}", "a sample to learn its ndarray dtype from",
                                   "no samples")
             return np.zeros(0, np.int64), np.zeros(0, np.int64)
-        shards, sample_starts, sample_lengths = files.spans(np.arange(n))
+        starts, lengths = np.empty(n, np.int64), np.empty(n, np.int64)
+        firsts = files.shard_starts
+        for number in range(len(index.shards)):
+            first, last = int(firsts[number]), int(firsts[number + 1])
+            if last > first:
+                starts[first:last], lengths[first:last] = self._shard_runs(number, first)
+        return starts, lengths
+
+    def _shard_runs(self, number: int, first: int) -> tuple[np.ndarray, np.ndarray]:
+        """The token runs of shard ``number`` (whose first sample is sample ``first`` of the
+        stream): one gather of each sample's leading bytes, its header of sizes and, when only
+        fixed-size columns precede the token column, the start of its value too."""
+        files, index = self.files, self.files.index
+        offsets = files.shard(number).offsets
+        sample_starts, sample_lengths = offsets[:-1], np.diff(offsets)
         layout = Layout(index.columns, index.encodings, index.layout == "legacy")
         header = layout.header_bytes
-        heads = np.empty(n * header, np.uint8)
+        before = layout.encodings[:self._position]
+        fixed_before = all(not layout.legacy and e.size is not None for e in before)
+        lead = header + (sum(e.size for e in before) + _NDARRAY_HEAD if fixed_before else 0)
+        name = (lambda k: self._name(first + k))
         short = np.flatnonzero(sample_lengths < header)
         if len(short):
             k = int(short[0])
-            raise FormatError(self._name(k), "sample header", f"at least {header} bytes", f"{int(sample_lengths[k])}")
-        files.gather(shards, sample_starts, np.full(n, header, np.int64), heads)
-        at = np.arange(n, dtype=np.int64) * header
-        starts, sizes = column_spans(layout, heads, at, sample_lengths, self._name)
-        value_starts = sample_starts + (starts[:, self._position] - at)
-        value_sizes = sizes[:, self._position]
+            raise FormatError(name(k), "sample header", f"at least {header} bytes", f"{int(sample_lengths[k])}")
+        heads = self._leading_bytes(number, sample_starts, np.minimum(sample_lengths, lead), lead)
+        at = np.arange(len(sample_starts), dtype=np.int64) * lead
+        column_starts, sizes = column_spans(layout, heads.reshape(-1), at, sample_lengths, name)
+        within = column_starts[:, self._position] - at  # the value's offset in its sample
+        value_starts, value_sizes = sample_starts + within, sizes[:, self._position]
         if self.encoding.kind is Kind.BYTES:
             itemsize = self.dtype.itemsize
-            self._check(value_sizes % itemsize != 0, "token bytes", f"a multiple of {itemsize} bytes ({self.dtype.name})",
-                        lambda k: f"{int(value_sizes[k])} bytes")
+            self._check(value_sizes % itemsize != 0, first, "token bytes",
+                        f"a multiple of {itemsize} bytes ({self.dtype.name})", lambda k: f"{int(value_sizes[k])} bytes")
             return value_starts, value_sizes // itemsize
         if self.encoding.size is not None:  # ndarray:DTYPE:N, values only
-            return value_starts, np.full(n, self.encoding.shape[0], np.int64)
-        return self._ndarray_runs(shards, value_starts, value_sizes)
+            return value_starts, np.full(len(value_starts), self.encoding.shape[0], np.int64)
+        if fixed_before:
+            value_heads = heads[:, lead - _NDARRAY_HEAD:]
+        else:
+            value_heads = self._leading_bytes(number, value_starts, np.minimum(value_sizes, _NDARRAY_HEAD),
+                                              _NDARRAY_HEAD)
+        return self._ndarray_runs(first, value_starts, value_sizes, value_heads)
 
-    def _ndarray_runs(self, shards, value_starts, value_sizes) -> tuple[np.ndarray, np.ndarray]:
-        """Runs of ndarray values that carry their shape (and maybe dtype) in a small header."""
+    def _leading_bytes(self, number: int, starts: np.ndarray, sizes: np.ndarray, width: int) -> np.ndarray:
+        """Bytes ``[starts[k], starts[k] + sizes[k])`` of shard ``number`` as the rows of a
+        (samples, width) array, zero-padded (sizes are at most ``width``)."""
+        count = len(starts)
+        if (sizes == width).all():  # every sample holds them all: read straight into the rows
+            rows = np.empty((count, width), np.uint8)
+            self.files.gather(np.full(count, number), starts, sizes, rows.reshape(-1))
+            return rows
+        packed = np.empty(int(sizes.sum()), np.uint8)
+        self.files.gather(np.full(count, number), starts, sizes, packed)
+        rows = np.zeros((count, width), np.uint8)
+        ends = np.cumsum(sizes)
+        for column in range(width):  # width is a few bytes: a pass per byte column, no index per byte
+            has = sizes > column
+            rows[has, column] = packed[(ends - sizes)[has] + column]
+        return rows
+
+    def _ndarray_runs(self, first: int, value_starts, value_sizes, heads) -> tuple[np.ndarray, np.ndarray]:
+        """Runs of ndarray values that carry their shape (and maybe dtype) in a small header;
+        ``heads``: each value's first bytes (zero-padded)."""
         n = len(value_starts)
-        head_sizes = np.minimum(value_sizes, _NDARRAY_HEAD)
-        heads = np.zeros((n, _NDARRAY_HEAD), np.uint8)
-        packed = np.empty(int(head_sizes.sum()), np.uint8)
-        self.files.gather(shards, value_starts, head_sizes, packed)
-        rows = np.repeat(np.arange(n), head_sizes)
-        columns = np.arange(len(packed)) - np.repeat(np.cumsum(head_sizes) - head_sizes, head_sizes)
-        heads[rows, columns] = packed
         if self.dtype is None:
-            form = ndarray_form(self.encoding, heads[0, :int(head_sizes[0])].tobytes(), self._name(0))
+            form = ndarray_form(self.encoding, heads[0, :int(min(value_sizes[0], _NDARRAY_HEAD))].tobytes(),
+                                self._name(first))
             self.dtype = form.dtype
         position = np.zeros(n, np.int64)
         if self.encoding.dtype is None:
             code = DTYPE_CODES[self.dtype.name]
-            self._check(heads[:, 0] != code, "ndarray dtype", f"{self.dtype.name} (as sample 0)",
+            self._check(heads[:, 0] != code, first, "ndarray dtype", f"{self.dtype.name} (as sample 0)",
                         lambda k: f"code {int(heads[k, 0])}")
             position += 1
         marks = heads[np.arange(n), position]
-        self._check(marks >> 2 != 1, "ndarray axes", "1 (a sample's token ids are one axis)",
+        self._check(marks >> 2 != 1, first, "ndarray axes", "1 (a sample's token ids are one axis)",
                     lambda k: str(int(marks[k]) >> 2))
         widths = 1 << (marks & 3).astype(np.int64)
         counts = np.zeros(n, np.int64)
         for width in np.unique(widths).tolist():
             mine = np.flatnonzero(widths == width)
-            raw = heads[mine[:, None], position[mine, None] + 1 + np.arange(width)]
+            raw = np.ascontiguousarray(heads[mine[:, None], position[mine, None] + 1 + np.arange(width)])
             counts[mine] = raw.view(f"<u{width}").reshape(-1).astype(np.int64)
         header = position + 1 + widths
-        self._check(value_sizes - header != counts * self.dtype.itemsize, "ndarray values",
+        self._check(value_sizes - header != counts * self.dtype.itemsize, first, "ndarray values",
                     f"{self.dtype.itemsize} bytes per id of its shape", lambda k: f"{int(value_sizes[k] - header[k])} "
                     f"bytes for {int(counts[k])} ids")
         return value_starts + header, counts
@@ -223,11 +258,13 @@ class TokenColumn:
     def _name(self, k: int) -> str:
         return f"{self.files.name_of(k)} (sample {k} of the stream)"
 
-    def _check(self, bad: np.ndarray, field: str, expected: str, found) -> None:
+    def _check(self, bad: np.ndarray, first: int, field: str, expected: str, found) -> None:
+        """A FormatError for the first sample where ``bad`` (of the shard whose first sample is
+        ``first``) is true; ``found(k)`` says what sample k holds."""
         wrong = np.flatnonzero(bad)
         if len(wrong):
             k = int(wrong[0])
-            raise FormatError(self._name(k), f"column {self.column!r}: {field}", expected, found(k))
+            raise FormatError(self._name(first + k), f"column {self.column!r}: {field}", expected, found(k))
 
 
 __all__ = ["TokenColumn", "token_encoding_problem"]
