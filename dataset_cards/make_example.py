@@ -1,4 +1,5 @@
-"""Regenerates dataset_cards/TEMPLATE.md and dataset_cards/example/ (a card and its histogram).
+"""Regenerates dataset_cards/TEMPLATE.md, MOSAIC_TEMPLATE.md (the body of a MosaicML folder's card)
+and dataset_cards/example/ (a card and its histogram).
 
     .venv/bin/python dataset_cards/make_example.py
 
@@ -15,7 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from mmidx_builder import write_documents
-from mmidx_builder.card import CARD_TEMPLATE, HISTOGRAM_NAME, README_NAME, CardSettings, write_card
+from mmidx_builder.card import (CARD_TEMPLATE, HISTOGRAM_NAME, MOSAIC_CARD_TEMPLATE, README_NAME, CardSettings,
+                                write_card)
 
 HERE = Path(__file__).resolve().parent
 
@@ -32,6 +34,7 @@ def make_corpus(folder: Path) -> None:
 
 def main() -> None:
     (HERE / "TEMPLATE.md").write_text(CARD_TEMPLATE)
+    (HERE / "MOSAIC_TEMPLATE.md").write_text(MOSAIC_CARD_TEMPLATE)
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / "example"
         folder.mkdir()
@@ -44,7 +47,7 @@ def main() -> None:
         out.mkdir(exist_ok=True)
         for name in (README_NAME, HISTOGRAM_NAME):
             shutil.copyfile(folder / name, out / name)
-    print(f"wrote {HERE / 'TEMPLATE.md'} and {out}/")
+    print(f"wrote {HERE / 'TEMPLATE.md'}, {HERE / 'MOSAIC_TEMPLATE.md'} and {out}/")
 
 
 if __name__ == "__main__":

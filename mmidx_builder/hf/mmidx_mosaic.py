@@ -98,6 +98,15 @@ class MosaicBuilderMixin:
         return {"token_column": config.token_column, "token_dtype": config.dtype, "index_cache_dir": cache,
                 "verify": checksums_recorded(self)}
 
+    def _set_features(self, features: list[datasets.Features]) -> None:
+        # A card's dataset_info (mmidx card of a MosaicML folder) describes the files read one
+        # way: rows as stored, a token column's input_ids or Megatron samples. Which way a call
+        # reads them is known once its splits are opened: features of another way are dropped
+        # here, or datasets would cast the rows to them.
+        if self.config.features is None and self.info.features is not None and self.info.features not in features:
+            self.info.features = None
+        super()._set_features(features)
+
     def _plan_streams(self, split, files, dl_manager, **settings) -> Plan:
         streams, identity = plan_streams(split, files, dl_manager)
         kind = f"{type(self).__name__}{tuple(sorted((k, v) for k, v in settings.items() if k != 'verify'))}"
@@ -243,10 +252,10 @@ class MMIdxMosaic(MosaicBuilderMixin, GPTSamplesBuilder):
         return holds_mosaic_index(files) or any(name in settings for name in OWN_SETTINGS)
 
     def _card_fits(self, features) -> bool:
-        return False  # a card's dataset_info describes GPT samples, not these rows
+        return True  # decided once the splits are opened (MosaicBuilderMixin._set_features)
 
     def _card_counts_apply(self) -> bool:
-        return False
+        return True  # one row per sample of the streams, whichever columns the rows hold
 
     def _plan(self, split, files, dl_manager):
         return self._plan_streams(split, files, dl_manager, allow_unsafe_types=self.config.allow_unsafe_types,

@@ -1,4 +1,4 @@
-"""Dataset cards (``README.md``) for a folder of ``.bin``/``.idx`` pairs.
+"""Dataset cards (``README.md``) for a folder of ``.bin``/``.idx`` pairs, or of MosaicML shards.
 
 The card is computed, not typed: every number in it comes from the reader the builder
 uses (:class:`~mmidx_builder.format.IndexedFile`, :class:`~mmidx_builder.source.Concatenated`)
@@ -12,6 +12,11 @@ and from the same sample count the builder produces, so a card never promises ro
     generated body  what the files are, a document-length histogram (PNG beside the card),
                     tokenizer and provenance when known, and the code that loads it
     hand-written    everything below :data:`HAND_WRITTEN_MARKER`, kept on every re-run
+
+A folder of MosaicML shards (MDS ``index.json`` streams, or Composer's legacy ``index.mds``;
+no ``.bin`` file in it) gets a card of the same parts from mosaic_facts.py's numbers: its
+streams, columns, shards and every file, and the rows as ``load_dataset`` reads them (as
+stored; a token column's ids with ``token_column``; Megatron samples with ``seq_length``).
 
 No plotting library is needed: the histogram PNG is a numpy pixel array written with
 zlib and struct (:func:`histogram_png`).
@@ -39,6 +44,7 @@ from ..errors import ParameterError
 from ..sources.indexed import IndexedFile, split_prefix
 from ..sources.token_source import Concatenated
 from ..sources.stats import describe
+from .mosaic_facts import MosaicSplitFacts, Reading, collect_mosaic, holds_mosaic_streams
 
 README_NAME = "README.md"
 HISTOGRAM_NAME = "document_lengths.png"
@@ -72,20 +78,29 @@ class CardSettings:
     made_with: str | None = None
     license: str | None = None
     pretty_name: str | None = None
+    # MosaicML shards only: the column of token ids (rows are then its ids, ``input_ids``) and
+    # how a bytes column's ids are read (or the ids' cast).
+    token_column: str | None = None
+    dtype: str | None = None
 
     # Builder settings and their defaults (MMIdxConfig's); only these go into `configs`.
     BUILDER_DEFAULTS = {"seq_length": sampling.DEFAULT_SEQ_LENGTH, "add_extra_token": True,
                         "seed": sampling.DEFAULT_SEED, "num_epochs": None, "num_samples": None}
 
-    def merged_with(self, previous: dict) -> "CardSettings":
+    def merged_with(self, previous: dict, defaults: bool = True) -> "CardSettings":
+        """Settings left out take the previous run's, then (``defaults``) the builder's defaults."""
         values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         for name, value in values.items():
             if value is None and previous.get(name) is not None:
                 values[name] = previous[name]
         for name, default in self.BUILDER_DEFAULTS.items():
-            if values[name] is None:
+            if values[name] is None and defaults:
                 values[name] = default
         return CardSettings(**values)
+
+    def asks_for_samples(self) -> bool:
+        """Whether a sampling setting is given: MosaicML shards are then read as Megatron samples."""
+        return any(getattr(self, name) is not None for name in self.BUILDER_DEFAULTS)
 
     def builder_kwargs(self) -> dict:
         """seq_length always (it sets the row length); the rest only where not the default."""
@@ -438,6 +453,20 @@ def _split_existing(text: str, readme: Path = Path(README_NAME)) -> tuple[dict, 
     return previous, hand_written
 
 
+def _person_metadata(data, directory: Path, settings: CardSettings, tags: list[str], num_examples: int,
+                     task: str | None = "text-generation") -> None:
+    """License, title, task, tags and size category: what a person set is kept, ours added."""
+    data.license = settings.license or data.license or "other"
+    if settings.pretty_name or not data.pretty_name:
+        data.pretty_name = settings.pretty_name or directory.resolve().name
+    if task is not None:
+        data.task_categories = data.task_categories or [task]
+    kept = data.get("tags") or []
+    kept = [kept] if isinstance(kept, str) else kept  # one tag may be written as a string
+    data.tags = list(dict.fromkeys(kept + tags))
+    data.size_categories = [size_category(num_examples)]
+
+
 def render_card(directory: str | os.PathLike, settings: CardSettings | None = None) -> RenderedCard:
     """The card text and histogram for ``directory``, merged with its existing README.md
     (hand-written text and metadata a person set are kept). Writes nothing."""
@@ -452,7 +481,16 @@ def render_card(directory: str | os.PathLike, settings: CardSettings | None = No
     readme = directory / README_NAME
     existing, existing_data = _read_existing(readme)
     previous, hand_written = _split_existing(existing, readme) if existing else ({}, "\n")
-    settings = (settings or CardSettings()).merged_with(previous)
+    settings = settings or CardSettings()
+    data = existing_data if existing else DatasetCardData()
+    _check_fields_we_read(data, readme)
+    if holds_mosaic_streams(directory):
+        return _render_mosaic(directory, settings.merged_with(previous, defaults=False), data, hand_written, readme)
+    settings = settings.merged_with(previous)
+    for name in ("token_column", "dtype"):
+        if getattr(settings, name) is not None:
+            raise ParameterError(f"{name}={getattr(settings, name)!r} applies to MosaicML shards; {directory} holds "
+                                 ".bin/.idx pairs")
     splits = collect(directory, settings)
     sample_length = sampling.sample_length(settings.seq_length, settings.add_extra_token)
     dtypes = {s.dtype for s in splits}
@@ -462,16 +500,8 @@ def render_card(directory: str | os.PathLike, settings: CardSettings | None = No
     dtype = dtypes.pop()
 
     # Metadata: a person's choices first, then what we generate, through datasets' serialisers.
-    data = existing_data if existing else DatasetCardData()
-    _check_fields_we_read(data, readme)
-    data.license = settings.license or data.license or "other"
-    if settings.pretty_name or not data.pretty_name:
-        data.pretty_name = settings.pretty_name or directory.resolve().name
-    data.task_categories = data.task_categories or ["text-generation"]
-    tags = data.get("tags") or []
-    tags = [tags] if isinstance(tags, str) else tags  # one tag may be written as a string
-    data.tags = list(dict.fromkeys(tags + ["mmidx", "megatron", "tokenized", "pretraining"]))
-    data.size_categories = [size_category(sum(s.num_examples for s in splits))]
+    _person_metadata(data, directory, settings, ["mmidx", "megatron", "tokenized", "pretraining"],
+                     sum(s.num_examples for s in splits))
     # Patterns to datasets: a name with glob characters (glob[1]*?_text_document) is escaped to match itself.
     data_files = [{"split": s.name, "path": [glob.escape(p.bin_name) for p in s.pairs]} for s in splits]
     MetadataConfigs({"default": {"data_files": data_files, **settings.builder_kwargs()}}).to_dataset_card_data(data)
@@ -523,6 +553,229 @@ def render_card(directory: str | os.PathLike, settings: CardSettings | None = No
     return RenderedCard(text=text, histogram_png=histogram_png(counts), splits=splits, settings=settings)
 
 
+# --- the card of a folder of MosaicML shards ------------------------------------------------
+
+MOSAIC_CARD_TEMPLATE = """\
+# ${title}
+
+MosaicML shards, ${stream_count} stream(s) in ${layouts}:
+${shard_count} shard(s), ${samples} samples, ${raw_bytes} bytes${stored}; columns ${columns}.
+Loaded with [mmidx-builder](${project_url}), ${rows}.
+
+## Load it
+
+```python
+# pip install mmidx-builder
+import mmidx_builder  # registers the "mmidx" builders with datasets
+from datasets import load_dataset
+
+${load_lines}
+```
+
+${defaults}
+
+## Splits
+
+${split_table}
+
+## Streams
+
+${stream_table}
+
+## Files
+
+${file_table}
+
+## ${lengths_title}
+
+![Histogram of ${lengths_what}](${histogram_name})
+
+${lengths_text}, power-of-two bins from left to right (longest: ${longest}):
+
+${histogram_table}
+
+## Tokenizer and provenance
+
+${provenance}
+
+<!-- mmidx card settings: ${settings_json} -->
+"""
+
+
+def _reading(settings: CardSettings) -> Reading:
+    """How the card's ``configs`` have ``load_dataset`` read MosaicML shards."""
+    sampling_settings = None
+    if settings.asks_for_samples():
+        full = settings.merged_with({})
+        sampling_settings = {name: getattr(full, name) for name in ("seq_length", "add_extra_token", "num_epochs",
+                                                                    "num_samples")}
+    return Reading(token_column=settings.token_column, dtype=settings.dtype, sampling=sampling_settings)
+
+
+def _mosaic_builder_kwargs(settings: CardSettings) -> dict:
+    kwargs = {name: getattr(settings, name) for name in ("token_column", "dtype") if getattr(settings, name)}
+    if settings.asks_for_samples():
+        kwargs.update(settings.merged_with({}).builder_kwargs())
+    return kwargs
+
+
+def _feature_text(feature) -> str:
+    return " ".join(str(feature).split())
+
+
+def _mosaic_rows_text(splits: list[MosaicSplitFacts], settings: CardSettings) -> str:
+    """What one row is, in words."""
+    first = splits[0]
+    if settings.asks_for_samples():
+        full = settings.merged_with({})
+        length = sampling.sample_length(full.seq_length, full.add_extra_token)
+        dtype = first.features["input_ids"].feature.dtype
+        return (f"each row is one packed training sample of {length} token ids (`input_ids`, {dtype}) of the column "
+                f"`{first.token_column}`, sample for sample as Megatron-core's `GPTDataset` builds them, each MosaicML "
+                f"sample one document (seq_length {full.seq_length}, seed {full.seed})")
+    if settings.token_column:
+        return (f"each row is one sample's token ids: the column `{settings.token_column}` as `input_ids` "
+                f"({_feature_text(first.features['input_ids'])})")
+    if first.features is None:
+        return ("each row is one sample as stored; a column is encoded `pkl` (unpickling runs code): pass "
+                "allow_unsafe_types=True to read it, if you trust the files")
+    return "each row is one sample as stored: " + ", ".join(f"`{name}` ({_feature_text(feature)})"
+                                                           for name, feature in first.features.items())
+
+
+def _mosaic_load_lines(splits: list[MosaicSplitFacts], settings: CardSettings) -> list[str]:
+    repo, first = settings.repo_id or "USER/REPO", splits[0]
+    call = f'load_dataset("{repo}", split="{first.name}"'
+    unsafe = ", allow_unsafe_types=True" if first.features is None and not settings.asks_for_samples() \
+        and not settings.token_column else ""
+    lines = [f"ds = {call}{unsafe})  # {first.num_examples:,} rows",
+             f"stream = {call}{unsafe}, streaming=True)  # reads the shards as it goes"]
+    column = first.token_column
+    if column and not settings.asks_for_samples():
+        dtype = f', dtype="{settings.dtype}"' if settings.dtype else ""
+        if not settings.token_column:
+            lines.append(f'ids = {call}, token_column="{column}"{dtype})  # input_ids: each sample\'s ids')
+        lines.append(f'samples = {call}, seq_length=2048{dtype})  # Megatron samples, one document per sample')
+    elif settings.asks_for_samples():
+        lines.append(f"longer = {call}, seq_length=4096)  # any builder setting")
+    return lines
+
+
+def _histogram_of(splits: list[MosaicSplitFacts]) -> dict:
+    lengths = np.concatenate([s.lengths for s in splits])
+    labels, counts = length_bins(lengths)
+    tokens = splits[0].length_unit == "tokens"
+    what = f"tokens of `{splits[0].token_column}`" if tokens else "bytes"
+    return {"lengths_title": "Sample lengths", "lengths_what": f"sample lengths in {what}",
+            "lengths_text": f"Samples per length in {what}" + (" (each one document when loaded with seq_length=)"
+                                                               if tokens else ""),
+            "longest": f"{int(lengths.max()) if len(lengths) else 0:,} {'tokens' if tokens else 'bytes'}",
+            "histogram_table": _table(["tokens" if tokens else "bytes", *labels],
+                                      [["samples", *(f"{c:,}" for c in counts.tolist())]]),
+            "counts": counts}
+
+
+def _mosaic_config(splits: list[MosaicSplitFacts], settings: CardSettings, every_file: bool) -> dict:
+    """The card's config: every index and shard file of each split; or, for a folder with too
+    many files to list in a card, each stream's index and first shard file (the index names the
+    others, and a shard beside it tells datasets that the folder is ours, not JSON)."""
+    def listed(split: MosaicSplitFacts) -> list[str]:
+        if every_file:
+            return split.data_files
+        return [f.name for stream in split.streams for f in stream.files[:2]]
+
+    data_files = [{"split": s.name, "path": [glob.escape(name) for name in listed(s)]} for s in splits]
+    return {"data_files": data_files, **_mosaic_builder_kwargs(settings)}
+
+
+def _render_mosaic(directory: Path, settings: CardSettings, data, hand_written: str, readme: Path) -> RenderedCard:
+    """The card of a folder of MosaicML shards (see the module docstring)."""
+    from datasets import DatasetInfo, SplitDict, SplitInfo
+    from datasets.info import DatasetInfosDict
+    from datasets.utils.metadata import MetadataConfigs
+    from huggingface_hub import DatasetCard
+
+    from ..hf.card_bounds import check_front_matter, limit
+
+    splits = collect_mosaic(directory, _reading(settings))
+    features = [s.features for s in splits]
+    if any(f != features[0] for f in features[1:]):
+        shown = {s.name: _feature_text(s.features) for s in splits}
+        raise ParameterError(f"{directory}: splits would have different features {shown}: load_dataset refuses them "
+                             "in one config; load the splits separately or write their columns alike")
+    streams = [stream for s in splits for stream in s.streams]
+    files = [f for stream in streams for f in stream.files]
+    # Token ids: a token reading, or LLM Foundry's column (any one integer ndarray column is
+    # the default token column too, but is not news enough for tags).
+    tokens = bool(settings.token_column or settings.asks_for_samples() or splits[0].token_column == "tokens")
+    tags = ["mmidx", "mosaicml"] + (["tokenized", "pretraining"] if tokens else [])
+    _person_metadata(data, directory, settings, tags, sum(s.num_examples for s in splits),
+                     "text-generation" if tokens else None)
+    info = DatasetInfo(
+        features=features[0],
+        splits=SplitDict({s.name: SplitInfo(name=s.name, num_bytes=s.num_bytes, num_examples=s.num_examples)
+                          for s in splits}),
+        download_size=sum(f.size for f in files), dataset_size=sum(s.num_bytes for s in splits),
+        config_name="default")
+    listed = sum(len(s.data_files) for s in splits)
+    for every_file in (True, False):
+        MetadataConfigs({"default": _mosaic_config(splits, settings, every_file)}).to_dataset_card_data(data)
+        DatasetInfosDict({"default": info}).to_dataset_card_data(data)
+        front = data.to_yaml()
+        if len(front.encode("utf-8")) <= limit("MMIDX_MAX_CARD_BYTES") and listed <= limit("MMIDX_MAX_DATA_FILES"):
+            break
+
+    histogram = _histogram_of(splits)
+    layouts = sorted({stream.numbers["layout"] for stream in streams})
+    compressions = sorted({c for stream in streams for c in stream.numbers["compression"] or ()})
+    zipped = sum(stream.compressed_bytes or 0 for stream in streams)
+    first = streams[0].numbers
+    body = string.Template(MOSAIC_CARD_TEMPLATE).substitute(
+        title=data.pretty_name,
+        stream_count=len(streams),
+        layouts=" and ".join(f"{name} format" for name in layouts),
+        shard_count=f"{sum(stream.numbers['shards'] for stream in streams):,}",
+        samples=f"{sum(s.num_samples for s in splits):,}",
+        raw_bytes=f"{sum(stream.numbers['raw_bytes'] for stream in streams):,}",
+        stored=f" ({zipped:,} as stored, {', '.join(compressions)})" if compressions else "",
+        columns=", ".join(f"`{name}` ({encoding})" for name, encoding in first["columns"].items()),
+        project_url=PROJECT_URL,
+        rows=_mosaic_rows_text(splits, settings),
+        load_lines="\n".join(_mosaic_load_lines(splits, settings)),
+        defaults=(f"The defaults above come from this card's `configs` "
+                  f"({', '.join(f'{k}={v!r}' for k, v in _mosaic_builder_kwargs(settings).items())}); keyword "
+                  "arguments override them." if _mosaic_builder_kwargs(settings) else
+                  "Without settings the rows are the samples as stored, in shard order; `token_column=` reads a "
+                  "column of token ids as `input_ids`, and `seq_length=` packs them into Megatron's samples."),
+        split_table=_table(
+            ["split", "streams", "shards", "samples", "rows", "tokens", "Arrow bytes"],
+            [[s.name, len(s.streams), f"{sum(st.numbers['shards'] for st in s.streams):,}", f"{s.num_samples:,}",
+              f"{s.num_examples:,}", f"{s.num_tokens:,}" if s.num_tokens is not None else "",
+              f"{s.num_bytes:,}" if s.features is not None else ""] for s in splits]),
+        stream_table=_table(
+            ["split", "index", "layout", "columns", "shards", "samples", "bytes", "compressed bytes", "compression",
+             "hashes in the index"],
+            [[s.name, f"`{st.index_name}`", st.numbers["layout"],
+              ", ".join(f"`{c}` {e}" for c, e in st.numbers["columns"].items()), f"{st.numbers['shards']:,}",
+              f"{st.numbers['samples']:,}", f"{st.numbers['raw_bytes']:,}",
+              f"{st.compressed_bytes:,}" if st.compressed_bytes is not None else "",
+              ", ".join(st.numbers["compression"] or []), ", ".join(st.numbers["hashes"])]
+             for s in splits for st in s.streams]),
+        file_table=_table(["split", "file", "what", "bytes", "sha256"],
+                          [[s.name, f"`{f.name}`", f.what, f"{f.size:,}", f"`{f.sha256}`"]
+                           for s in splits for st in s.streams for f in st.files]),
+        histogram_name=HISTOGRAM_NAME,
+        provenance=_provenance(directory, settings),
+        settings_json=json.dumps(settings.to_json(), sort_keys=True),
+        **{k: v for k, v in histogram.items() if k != "counts"},
+    )
+    text = f"---\n{front}\n---\n\n{body}\n{HAND_WRITTEN_MARKER}{hand_written}"
+    check_front_matter(text, str(readme))  # never a card that load_dataset's own bounds refuse
+    DatasetCard(text)  # refuses metadata huggingface_hub cannot read back
+    return RenderedCard(text=text, histogram_png=histogram_png(histogram["counts"]), splits=splits,
+                        settings=settings)
+
+
 def write_card(directory: str | os.PathLike, settings: CardSettings | None = None,
                rendered: RenderedCard | None = None) -> RenderedCard:
     """Writes ``DIR/README.md`` and ``DIR/document_lengths.png`` (``rendered``, or a card
@@ -533,5 +786,5 @@ def write_card(directory: str | os.PathLike, settings: CardSettings | None = Non
     return rendered
 
 
-__all__ = ["CARD_TEMPLATE", "HAND_WRITTEN_MARKER", "CardSettings", "RenderedCard", "collect",
+__all__ = ["CARD_TEMPLATE", "HAND_WRITTEN_MARKER", "MOSAIC_CARD_TEMPLATE", "CardSettings", "RenderedCard", "collect",
            "find_splits", "histogram_png", "length_bins", "render_card", "write_card"]

@@ -1,9 +1,12 @@
-"""Publishing a folder of ``.bin``/``.idx`` pairs as a Hugging Face Hub dataset repo.
+"""Publishing a folder of ``.bin``/``.idx`` pairs, or of MosaicML shards, as a Hugging Face Hub
+dataset repo.
 
 The order matters and is the point of this module:
 
     1. check the repo id (huggingface_hub's own validator) and every pair (the format
-       layer): one bad file and nothing is uploaded
+       layer), or every MosaicML stream (each shard its index names there, at the size it
+       records; a shard no index names refused, as the loader refuses it): one bad file
+       and nothing is uploaded
     2. find the token where huggingface_hub looks (``HF_TOKEN``, ``hf auth login``); it is
        handed to huggingface_hub and never printed or logged here
     3. write or refresh the dataset card (card.py), so the repo loads in one line
@@ -28,6 +31,7 @@ from .card import HISTOGRAM_NAME, README_NAME, CardSettings, render_card, write_
 from .. import progress
 from ..errors import FormatError, HubError, ParameterError
 from ..sources.indexed import IndexedFile, split_prefix
+from .mosaic_facts import check_shards, find_mosaic_splits, holds_mosaic_streams, split_streams
 
 # Never uploaded: writers' temporary files (format.IndexedFileWriter writes
 # "PREFIX.bin.tmp-PID-xxxx"), sampling index caches, editor and OS litter. huggingface_hub
@@ -39,6 +43,7 @@ IGNORE_PATTERNS = [
     ".DS_Store", "*/.DS_Store", ".ipynb_checkpoints/*", "*/.ipynb_checkpoints/*",
 ]
 DEFAULT_COMMIT_MESSAGE = "Upload .bin/.idx token files with mmidx"
+MOSAIC_COMMIT_MESSAGE = "Upload MosaicML shards with mmidx"
 
 
 @dataclasses.dataclass
@@ -53,9 +58,10 @@ class UploadPlan:
     directory: str
     repo_id: str
     files: list[PlannedFile]
-    pairs: list[str]  # prefixes of the checked pairs, relative
+    pairs: list[str]  # prefixes of the checked pairs (or index files of the checked streams), relative
     card: object = None  # the card.RenderedCard the upload writes (rendered once: it hashes every file)
     card_problem: str | None = None  # why no card can be made with these settings (then card is None)
+    mosaic: bool = False  # the folder holds MosaicML shards: ``pairs`` are its streams' index files
 
     def describe(self) -> str:
         width = max([len(f.path) for f in self.files] + [4])
@@ -63,7 +69,7 @@ class UploadPlan:
         lines += [f"{f.path:<{width}}  {f.size:>14,}  {f.action}" for f in self.files]
         uploads = [f for f in self.files if not f.action.startswith("skip")]
         lines.append(f"{len(uploads)} file(s), {sum(f.size for f in uploads):,} bytes, to the dataset repo "
-                     f"{self.repo_id}; {len(self.pairs)} pair(s) checked")
+                     f"{self.repo_id}; {len(self.pairs)} {'MosaicML stream(s)' if self.mosaic else 'pair(s)'} checked")
         if self.card_problem:
             lines.append(f"the card cannot be made with these settings, so an upload would stop: {self.card_problem}")
         return "\n".join(lines)
@@ -131,12 +137,35 @@ def check_pairs(directory: str | os.PathLike) -> list[str]:
     return prefixes
 
 
+def check_streams(directory: str | os.PathLike) -> list[str]:
+    """Checks every MosaicML stream of the folder as the loader finds them (each split's
+    indexes; every shard an index names there at the size it records; a ``.mds`` file no index
+    names, or one in no split, refused); raises one :class:`HubError` naming the problem
+    (nothing is uploaded), else returns the index files, relative. Shards are read whole, their
+    recorded hashes checked, when the card is made."""
+    directory = Path(directory)
+    base = directory.resolve()
+    indexes = []
+    try:
+        for split, names in find_mosaic_splits(directory).items():
+            for index in split_streams(directory, split, names):
+                check_shards(index)
+                indexes.append(Path(index.path).resolve().relative_to(base).as_posix())
+    except (FormatError, ParameterError) as error:
+        raise HubError(f"{directory}: its MosaicML shards are not what the loader reads, nothing was uploaded: "
+                       f"{error}") from error
+    return indexes
+
+
 def plan_upload(directory: str | os.PathLike, repo_id: str, settings: CardSettings | None = None) -> UploadPlan:
     """Checks everything that can be checked offline and says what an upload would do.
     Renders the card in memory (for its size) but writes nothing and opens no connection."""
     check_repo_id(repo_id)
     directory = Path(directory)
-    pairs = check_pairs(directory)
+    if not directory.is_dir():
+        raise HubError(f"{directory}: not a folder; give the folder that holds the .bin/.idx pairs or MosaicML shards")
+    mosaic = holds_mosaic_streams(directory)
+    pairs = check_streams(directory) if mosaic else check_pairs(directory)
     rendered, problem = None, None
     try:
         rendered = render_card(directory, dataclasses.replace(settings or CardSettings(), repo_id=repo_id))
@@ -144,6 +173,8 @@ def plan_upload(directory: str | os.PathLike, repo_id: str, settings: CardSettin
     except ParameterError as error:  # e.g. a split too small for the default seq_length
         problem = f"{error}" + (" (pass --seq-length)" if "seq_length" in str(error) else "")
         generated = {README_NAME: 0, HISTOGRAM_NAME: 0}
+    except FormatError as error:  # a shard whose bytes are not what its index records (read for the card)
+        raise HubError(f"{directory}: a file is bad, nothing was uploaded: {error}") from error
     problem = problem or _unwritable(directory)
     files = []
     for relative, size, ignored in _local_files(directory):
@@ -155,7 +186,7 @@ def plan_upload(directory: str | os.PathLike, repo_id: str, settings: CardSettin
         files.append(PlannedFile(name, size, ("rewrite" if existed else "write") + " (generated card), then upload"))
     files.sort(key=lambda f: f.path)
     return UploadPlan(directory=str(directory), repo_id=repo_id, files=files, pairs=pairs, card=rendered,
-                      card_problem=problem)
+                      card_problem=problem, mosaic=mosaic)
 
 
 def _unwritable(directory: Path) -> str | None:
@@ -252,9 +283,10 @@ def upload(directory: str | os.PathLike, repo_id: str, *, private: bool = False,
             api.create_branch(repo_id, branch=revision, repo_type="dataset", exist_ok=True, token=token)
     resume = (f"Run the same command again to resume: files already committed to {repo_id} are skipped "
               "and data already sent is not sent again")
+    message = commit_message or (MOSAIC_COMMIT_MESSAGE if plan.mosaic else DEFAULT_COMMIT_MESSAGE)
     with _translated(repo_id, "uploading", resume_hint=resume), progress.hub_bars_follow_the_switch():
         api.upload_folder(repo_id=repo_id, folder_path=str(directory), repo_type="dataset", revision=revision,
-                          commit_message=commit_message or DEFAULT_COMMIT_MESSAGE, ignore_patterns=list(IGNORE_PATTERNS),
+                          commit_message=message, ignore_patterns=list(IGNORE_PATTERNS),
                           token=token)
     url = str(url).rstrip("/") + (f"/tree/{revision}" if revision and revision != "main" else "")
     echo(url)
@@ -262,5 +294,5 @@ def upload(directory: str | os.PathLike, repo_id: str, *, private: bool = False,
 
 
 
-__all__ = ["IGNORE_PATTERNS", "PlannedFile", "UploadPlan", "check_pairs", "check_repo_id",
+__all__ = ["IGNORE_PATTERNS", "PlannedFile", "UploadPlan", "check_pairs", "check_repo_id", "check_streams",
            "plan_upload", "upload"]
