@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+from ..progress import bar
 from ..progress import enabled as progress_bars_enabled
 from .summary import ConvertSummary
 
@@ -42,4 +43,14 @@ class Meter:
             self.bar.close()
 
 
-__all__ = ["Meter"]
+def count_bar(shown: bool, **tqdm_options):
+    """A bar of ``tqdm_options`` (``total``, ``unit``, ``desc``) when ``shown`` (``progress=``)
+    and progress bars are on; else a bar that shows nothing."""
+    if shown:
+        return bar(dynamic_ncols=True, **tqdm_options)
+    from tqdm.auto import tqdm
+
+    return tqdm(disable=True)
+
+
+__all__ = ["Meter", "count_bar"]
