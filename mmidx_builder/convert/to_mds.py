@@ -105,17 +105,17 @@ def _token_encoding(text, dtype, sources, concat_tokens) -> Encoding:
     try:
         encoding = parse_encoding(text, "encoding=", "tokens")
     except FormatError as error:
-        raise ParameterError(f"encoding= {text!r} is not an MDS encoding ({error.expected})") from None
+        raise ParameterError(f"encoding={text!r} is not an MDS encoding ({error.expected})") from None
     if encoding.kind not in (Kind.NDARRAY, Kind.BYTES):
-        raise ParameterError(f"encoding= {text!r} cannot hold token ids: give 'ndarray:int32' (LLM Foundry's), another "
+        raise ParameterError(f"encoding={text!r} cannot hold token ids: give 'ndarray:int32' (LLM Foundry's), another "
                              "integer ndarray[:DTYPE], or 'bytes' (older LLM Foundry)")
     if encoding.dtype is not None and encoding.dtype.kind not in "iu":
-        raise ParameterError(f"encoding= {text!r} holds {encoding.dtype.name} values; token ids are integers")
+        raise ParameterError(f"encoding={text!r} holds {encoding.dtype.name} values; token ids are integers")
     if encoding.dtype is not None and dtype is not None and integer_dtype(dtype) != encoding.dtype:
-        raise ParameterError(f"dtype={np.dtype(dtype).name} differs from the dtype of encoding= {text!r}; give one")
+        raise ParameterError(f"dtype={np.dtype(dtype).name} differs from the dtype of encoding={text!r}; give one")
     if encoding.shape is not None:
         if len(encoding.shape) != 1 or concat_tokens != encoding.shape[0]:
-            raise ParameterError(f"encoding= {text!r} has a fixed shape: give concat_tokens={encoding.shape[0]} with "
+            raise ParameterError(f"encoding={text!r} has a fixed shape: give concat_tokens={encoding.shape[0]} with "
                                  "it (one axis of N ids), or leave the shape out")
     for source in sources:
         if source.dtype.kind not in "iu":

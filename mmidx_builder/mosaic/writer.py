@@ -120,7 +120,7 @@ def check_compression(compression) -> str | None:
         base = None
     level = text.partition(":")[2]
     if base is None or (level and str(int(level)) != level):
-        raise ParameterError(f"compression= {compression!r} is not one MDSWriter writes: give one of "
+        raise ParameterError(f"compression={compression!r} is not one MDSWriter writes: give one of "
                              f"{', '.join(codecs.FAMILIES)}, optionally with a level ('zstd:7'; br 0-11, bz2 1-9, "
                              "gz 0-9, zstd 1-22; snappy has none)")
     return text
