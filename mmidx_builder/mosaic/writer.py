@@ -334,6 +334,7 @@ class ShardWriter:
         if not overwrite and os.path.isdir(self.folder) and os.listdir(self.folder):
             raise ConvertError(f"{self.folder} is not empty (MDSWriter writes into an empty folder); pass "
                                "overwrite=True to replace the MDS stream in it")
+        self._made_folder = not os.path.isdir(self.folder)
         os.makedirs(self.folder, exist_ok=True)
 
     # --- samples in ---------------------------------------------------------------------------
@@ -492,6 +493,11 @@ class ShardWriter:
     def _remove_temporaries(self) -> None:
         for temporary, _ in self._written:
             remove_quietly(temporary)
+        if self._made_folder:
+            try:
+                os.rmdir(self.folder)  # only when empty: a folder this writer made goes with it
+            except OSError:
+                pass
 
     def _check_open(self) -> None:
         if self._closed:
