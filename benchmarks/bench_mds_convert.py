@@ -6,7 +6,7 @@ for the same samples, in one run; and the way back against megatron-core's Index
 A uint16 .bin/.idx pair of --megabytes of token ids (document lengths lognormal, median 612
 ids) is generated once under --workdir. For each case (one sample a document; LLM Foundry's
 2,048-id samples, uncompressed and zstd) the samples are made once, in memory, as int32 arrays,
-and written by (each row the best of --repeats runs):
+and written by (each row the best of --repeats runs, the rows taking turns):
 
   MDSWriter                  streaming.MDSWriter(columns={"tokens": "ndarray:int32"}).write(sample)
                              for every sample (the peer; samples already in memory)
@@ -63,13 +63,15 @@ def samples_of(prefix: str, concat: int | None) -> list[np.ndarray]:
     return list(ids[:whole].reshape(-1, concat))
 
 
-def timed(function, repeats: int) -> float:
-    """The best of ``repeats`` runs (a shared machine's noise only ever adds time)."""
-    best = float("inf")
+def best_times(functions: list, repeats: int) -> list[float]:
+    """Each function's best of ``repeats`` runs, the functions taking turns (a shared
+    machine's noise only ever adds time, and falls on every row alike)."""
+    best = [float("inf")] * len(functions)
     for _ in range(repeats):
-        started = time.perf_counter()
-        function()
-        best = min(best, time.perf_counter() - started)
+        for k, function in enumerate(functions):
+            started = time.perf_counter()
+            function()
+            best[k] = min(best[k], time.perf_counter() - started)
     return best
 
 
@@ -119,8 +121,8 @@ def main() -> None:
         def ours_convert():
             pairs_to_mds(prefix, folders["convert"], concat_tokens=concat, compression=compression, overwrite=True)
 
-        rows = [("MDSWriter", timed(peer, args.repeats)), ("ShardWriter.write", timed(ours_write, args.repeats)),
-                ("pairs_to_mds", timed(ours_convert, args.repeats))]
+        rows = list(zip(("MDSWriter", "ShardWriter.write", "pairs_to_mds"),
+                        best_times([peer, ours_write, ours_convert], args.repeats)))
         for name, seconds in rows:
             folder = {"MDSWriter": "mdswriter", "ShardWriter.write": "write", "pairs_to_mds": "convert"}[name]
             same = "-" if name == "MDSWriter" else ("yes" if same_folder(folders[folder], folders["mdswriter"]) else "NO")
@@ -145,8 +147,8 @@ def main() -> None:
             builder.add_document(tokens, [len(tokens)])
         builder.finalize(os.path.join(out, "megatron.idx"))
 
-    rows = [("LocalDataset + IndexedDatasetBuilder", timed(peer_back, args.repeats)),
-            ("mds_to_pairs", timed(lambda: mds_to_pairs(back_from, back, overwrite=True), args.repeats))]
+    rows = list(zip(("LocalDataset + IndexedDatasetBuilder", "mds_to_pairs"),
+                    best_times([peer_back, lambda: mds_to_pairs(back_from, back, overwrite=True)], args.repeats)))
     same = all(open(back + "_tokens_document" + ext, "rb").read() == open(os.path.join(out, "megatron" + ext), "rb").read()
                for ext in (".bin", ".idx"))
     megabytes = source.num_tokens * 4 / 1e6
