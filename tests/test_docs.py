@@ -127,6 +127,11 @@ def make_workspace(folder: pathlib.Path, mosaic: bool = False) -> pathlib.Path:
             for _ in range(40):
                 f.write(json.dumps({"text": " ".join(rng.choice(words, int(rng.integers(3, 30))).tolist())}) + "\n")
     _write_tokenizer(folder / "tokenizer.json", words)
+    # LLM Foundry's layout (out_root/train: samples of 64 ids, ndarray:int32), written by our own
+    # MDS writer so that the docs do not need mosaicml-streaming.
+    from mmidx_builder.convert import pairs_to_mds
+
+    pairs_to_mds(folder / "data" / "corpus_text_document", folder / "mds" / "train", concat_tokens=64)
     shutil.copy(ROOT / "hub_upload.py", folder / "hub_upload.py")
     if mosaic and _importable("streaming"):
         _write_mosaic(folder / "mds", rng)

@@ -18,6 +18,10 @@ The path of one document, and the module of each step:
     progress.py    the progress bar
     run.py         convert(): checks, tokenizer, locked outputs, the loop
     merge_pairs.py merge(): pairs joined in order (Megatron's merge_datasets)
+    to_mds.py      pairs_to_mds(): documents -> MDS token samples (one a document, or LLM
+                   Foundry's concatenated samples), shards written by mosaic/writer.py
+    from_mds.py    mds_to_pairs(): MosaicML token shards -> a pair (a document a sample, or
+                   the ids cut after every EOS)
     tokenize.py    the tokenizer adapters (tokenizer_config.py, autotokenizer.py and
                    megatron_tokenizers.py read what each kind needs)
 
@@ -33,11 +37,14 @@ Messages name keyword arguments (``workers=``); the ``mmidx`` command reports th
 
 from __future__ import annotations
 
+from .from_mds import mds_to_pairs
 from .inputs import Input, plan_inputs
 from .merge_pairs import merge
 from .outputs import output_prefix_for
 from .records import MAX_DOCUMENT_CHARS
 from .run import convert
-from .summary import ConvertSummary
+from .summary import ConvertSummary, TokensSummary
+from .to_mds import pairs_to_mds
 
-__all__ = ["ConvertSummary", "Input", "MAX_DOCUMENT_CHARS", "convert", "merge", "output_prefix_for", "plan_inputs"]
+__all__ = ["ConvertSummary", "Input", "MAX_DOCUMENT_CHARS", "TokensSummary", "convert", "mds_to_pairs", "merge",
+           "output_prefix_for", "pairs_to_mds", "plan_inputs"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+from ..progress import bar
 from ..progress import enabled as progress_bars_enabled
 from .summary import ConvertSummary
 
@@ -42,4 +43,25 @@ class Meter:
             self.bar.close()
 
 
-__all__ = ["Meter"]
+def count_bar(shown: bool, **tqdm_options):
+    """A bar of ``tqdm_options`` (``total``, ``unit``, ``desc``) when ``shown`` (``progress=``)
+    and progress bars are on; else a bar that shows nothing."""
+    if shown:
+        return bar(dynamic_ncols=True, **tqdm_options)
+    return _NoBar()
+
+
+class _NoBar:
+    """What a bar that shows nothing needs to answer (tqdm itself takes 0.1 s to import)."""
+
+    def update(self, count: int = 1) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+
+__all__ = ["Meter", "count_bar"]

@@ -68,4 +68,47 @@ class ConvertSummary:
                 f"(GPTDataset's seq_length), not one document per example")
 
 
-__all__ = ["ConvertSummary"]
+@dataclasses.dataclass
+class TokensSummary:
+    """What :func:`pairs_to_mds` or :func:`mds_to_pairs` did: token ids moved from one format to
+    the other (no tokenizer); ``table()`` is what the CLI prints."""
+
+    inputs: list  # prefixes, or MDS index files
+    output: str  # the MDS folder, or the pair's prefix
+    layout: str  # "tokens: ndarray:int32", or the pair's dtype
+    packing: str  # how documents became samples, or samples documents
+    documents: int = 0  # documents read (to MDS) or written (to .bin/.idx)
+    samples: int = 0  # samples written (to MDS) or read
+    tokens_in: int = 0
+    tokens_out: int = 0
+    empty_documents: int = 0  # skipped: an MDS ndarray holds at least one id
+    dropped_tokens: int = 0  # the last partial sample of --concat-tokens, as LLM Foundry drops it
+    shards: int = 0
+    bytes_in: int = 0  # token bytes read
+    bytes_out: int = 0  # bytes written (shards as stored, or .bin and .idx)
+    seconds: float = 0.0
+    to_mds: bool = True
+
+    def table(self) -> str:
+        seconds = max(self.seconds, 1e-9)
+        if self.to_mds:
+            rows = [("inputs", f"{len(self.inputs)} pair(s): {self.documents:,} documents, {self.tokens_in:,} tokens"),
+                    ("output", f"{self.output} ({self.layout}; {self.shards:,} shard(s), {self.bytes_out / 1e6:,.1f} MB)"),
+                    ("samples", f"{self.samples:,} ({self.packing})")]
+            if self.empty_documents:
+                rows.append(("empty documents", f"{self.empty_documents:,} skipped (an MDS sample holds at least one id)"))
+            rows.append(("tokens written", f"{self.tokens_out:,}" + (f" ({self.dropped_tokens:,} left over at the end, "
+                                                                     "dropped as LLM Foundry drops them)"
+                                                                     if self.dropped_tokens else "")))
+        else:
+            rows = [("inputs", f"{len(self.inputs)} MDS stream(s): {self.samples:,} samples, {self.tokens_in:,} tokens"),
+                    ("output", f"{self.output}.bin/.idx ({self.layout}, {self.bytes_out / 1e6:,.1f} MB)"),
+                    ("documents", f"{self.documents:,} ({self.packing})"),
+                    ("tokens written", f"{self.tokens_out:,}")]
+        rows += [("time", f"{self.seconds:,.1f} s"),
+                 ("speed", f"{self.bytes_in / 1e6 / seconds:,.1f} MB/s of token ids, {self.tokens_in / seconds:,.0f} tokens/s")]
+        width = max(len(name) for name, _ in rows)
+        return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
+
+
+__all__ = ["ConvertSummary", "TokensSummary"]

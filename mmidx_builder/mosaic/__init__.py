@@ -8,7 +8,9 @@ Two generations, read as their own code reads them:
 Owns: the column encodings of MDS (encodings.py), shard compression (codecs.py) and hashes
 (hashes.py), both index layouts parsed into one description of a stream (index.py), a stream's
 shards opened wherever they are and its samples' bytes read in batches (shards.py), those bytes
-decoded into columns (columns.py), and a column of token ids as a token source (tokens.py).
+decoded into columns (columns.py), a column of token ids as a token source (tokens.py), and
+MDS folders written byte for byte as mosaicml-streaming's MDSWriter writes them (writer.py:
+reader and writer of one format side by side, as in streaming/base/format/mds/).
 
 May import: the foundation, storage/ and sources/. Never datasets, pyarrow or torch: the
 ``datasets`` builder of these folders is hf/mmidx_mosaic.py, one layer up, and turns the numpy

@@ -25,6 +25,14 @@ def known(name: str) -> bool:
     return _algorithm(name) is not None
 
 
+def hasher(name: str):
+    """A new hash object of the algorithm ``name`` (``update``, ``hexdigest``): the digest of
+    the bytes given to it is what ``streaming.base.hashing.get_hash(name, data)`` writes. None
+    for a name neither hashlib nor xxhash has (callers check with :func:`known` first)."""
+    algorithm = _algorithm(name)
+    return None if algorithm is None else algorithm()
+
+
 def check_hashes(data, recorded: dict, path: str, what: str = "file") -> int:
     """Compares each hash ``recorded`` for the ``data`` of ``path`` with the data's own; a
     FormatError naming the algorithm and both digests for one that differs, or for an
@@ -41,4 +49,4 @@ def check_hashes(data, recorded: dict, path: str, what: str = "file") -> int:
     return len(recorded)
 
 
-__all__ = ["check_hashes", "known"]
+__all__ = ["check_hashes", "hasher", "known"]

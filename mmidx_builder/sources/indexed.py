@@ -731,6 +731,21 @@ class IndexedFileWriter:
         self._lengths.extend(lengths)
         self.end_document()
 
+    def add_documents(self, tokens: np.ndarray, lengths) -> None:
+        """Appends ``len(lengths)`` documents of one sequence each, document k the next
+        ``lengths[k]`` ids of ``tokens`` (Megatron's ``add_item`` then ``end_document`` for
+        each): one write for many short documents."""
+        data = self._as_tokens(tokens)
+        lengths = np.asarray(lengths, np.int64)
+        if lengths.ndim != 1 or (len(lengths) and lengths.min() < 0) or int(lengths.sum()) != data.size:
+            raise ParameterError(f"lengths (1-D, each >= 0) must add up to the {data.size} tokens given, got "
+                                 f"{int(lengths.sum())}")
+        _check_sequence_lengths([int(lengths.max())] if len(lengths) else [])
+        self._bin.write(data.tobytes())
+        base = len(self._lengths)
+        self._lengths.frombytes(lengths.astype(np.int64).tobytes())
+        self._document_indices.frombytes(np.arange(base + 1, base + len(lengths) + 1, dtype=np.int64).tobytes())
+
     def add_file(self, prefix: str | os.PathLike) -> None:
         """Appends every document of another pair (Megatron's ``add_index``, i.e. merge)."""
         other = IndexedFile.open(prefix)
