@@ -69,14 +69,6 @@ def _missing(modules: str) -> list[str]:
 
 
 def _importable(module: str) -> bool:
-    if module == "streaming":  # mosaicml-streaming imports only with the oracle's torchvision stand-in
-        import mosaic_oracle
-
-        try:
-            mosaic_oracle._import_streaming()
-        except Exception:  # noqa: BLE001  a broken install is as missing as an absent one
-            return False
-        return True
     return importlib.util.find_spec(module) is not None
 
 
@@ -92,9 +84,8 @@ def _documents(rng, count, high=60, vocab=1000, eod=True):
     return docs
 
 
-def make_workspace(folder: pathlib.Path, mosaic: bool = False) -> pathlib.Path:
-    """The files the docs' blocks use, small enough that every block runs in seconds; with
-    ``mosaic``, also ``mds/`` (see _write_mosaic)."""
+def make_workspace(folder: pathlib.Path) -> pathlib.Path:
+    """The files the docs' blocks use, small enough that every block runs in seconds."""
     from mmidx_builder.sources import provenance
     from mmidx_builder.sources.indexed import write_documents
 
@@ -127,24 +118,14 @@ def make_workspace(folder: pathlib.Path, mosaic: bool = False) -> pathlib.Path:
             for _ in range(40):
                 f.write(json.dumps({"text": " ".join(rng.choice(words, int(rng.integers(3, 30))).tolist())}) + "\n")
     _write_tokenizer(folder / "tokenizer.json", words)
-    # LLM Foundry's layout (out_root/train: samples of 64 ids, ndarray:int32), written by our own
-    # MDS writer so that the docs do not need mosaicml-streaming.
+    # LLM Foundry's layout (out_root/train and out_root/val: samples of 64 ids, ndarray:int32),
+    # written by our own MDS writer so that the docs do not need mosaicml-streaming.
     from mmidx_builder.convert import pairs_to_mds
 
-    pairs_to_mds(folder / "data" / "corpus_text_document", folder / "mds" / "train", concat_tokens=64)
+    for split, prefix in (("train", "corpus_text_document"), ("val", "b_text_document")):
+        pairs_to_mds(folder / "data" / prefix, folder / "mds" / split, concat_tokens=64)
     shutil.copy(ROOT / "hub_upload.py", folder / "hub_upload.py")
-    if mosaic and _importable("streaming"):
-        _write_mosaic(folder / "mds", rng)
     return folder
-
-
-def _write_mosaic(folder: pathlib.Path, rng) -> None:
-    """LLM Foundry's token shards (``mds/train``, ``mds/val``, zstd), written by mosaicml-streaming's
-    own MDSWriter (tests/mosaic_oracle.py), for the blocks marked ``requires: streaming``."""
-    import mosaic_oracle
-
-    documents = {"train": _documents(rng, 200), "val": _documents(rng, 40)}
-    mosaic_oracle.write_llm_foundry_concat(folder, documents, 32, size_limit=4000)
 
 
 def _write_tokenizer(path, words):
@@ -171,8 +152,7 @@ def workspaces(tmp_path_factory):
         if doc not in made:
             folder = tmp_path_factory.mktemp("docs-" + doc.replace("/", "-"))
             head = (ROOT / doc).read_text(encoding="utf-8").splitlines()[:5]
-            mosaic = any("streaming" in b["marks"].get("requires", "").split() for b in blocks(ROOT / doc))
-            made[doc] = folder if EMPTY_WORKSPACE in head else make_workspace(folder, mosaic)
+            made[doc] = folder if EMPTY_WORKSPACE in head else make_workspace(folder)
         return made[doc]
 
     return get
