@@ -270,3 +270,18 @@ def test_streams_of_one_split_with_different_columns_are_refused(mosaic, tmp_pat
     with pytest.raises(ParameterError, match=r"the streams of one split must share their columns"):
         load_dataset("mmidx", data_files={"train": [str(tmp_path / "a" / "index.json"), str(tmp_path / "b" / "index.json")]},
                      split="train", streaming=True)
+
+
+@BOTH
+def test_text_that_is_not_utf8_names_its_sample(mosaic, tmp_path, streaming):
+    mosaic.write_mds(tmp_path / "mds", {"text": "str"}, [{"text": f"row {i:03}"} for i in range(200)], size_limit=1 << 10)
+    shard = tmp_path / "mds" / "shard.00002.mds"
+    data = bytearray(shard.read_bytes())
+    (count,) = struct.unpack_from("<I", data)
+    start = struct.unpack_from("<I", data, 4 + 4 * 3)[0]  # sample 3: [size u32]["row NNN"]
+    data[start + 4:start + 6] = b"\xff\xfe"
+    shard.write_bytes(bytes(data))
+    with pytest.raises(FormatError, match=r"shard\.00002\.mds: sample 3: column 'text' \(str\): expected UTF-8 text, "
+                                          r"found b'\\xff\\xfew \d+'"):
+        load(tmp_path / "mds", streaming, tmp_path)
+    assert count > 3

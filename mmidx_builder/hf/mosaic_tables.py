@@ -122,9 +122,10 @@ def column_array(decoded, encoding: Encoding, feature, name, column: str) -> pa.
     text = pa.Array.from_buffers(pa.string(), rows, [None, offsets.buffers()[1], data])
     try:
         text.validate(full=True)
-    except pa.ArrowInvalid as error:
-        raise FormatError(name(0), f"column {column!r} ({encoding.text})", "UTF-8 text", f"invalid UTF-8 in this batch "
-                          f"({error})") from None
+    except pa.ArrowInvalid:
+        k = next(k for k in range(rows) if not _utf8(binary[k].as_py()))  # the error path only: a row at a time
+        raise FormatError(name(k), f"column {column!r} ({encoding.text})", "UTF-8 text",
+                          repr(binary[k].as_py()[:40])) from None
     if kind in (Kind.TEXT, Kind.TEXT_DECIMAL):
         return text
     if kind is Kind.JSON:
@@ -136,6 +137,14 @@ def column_array(decoded, encoding: Encoding, feature, name, column: str) -> pa.
         raise FormatError(name(0), f"column {column!r} ({encoding.text})", f"numbers that fit {target}",
                           f"{error}", hint="pass features= with Value('string') for this column to keep the digits"
                           if kind is Kind.TEXT_INT else "") from None
+
+
+def _utf8(value: bytes) -> bool:
+    try:
+        value.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _images(items: list[bytes]) -> pa.StructArray:
