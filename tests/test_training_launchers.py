@@ -58,10 +58,26 @@ def corpus(tmp_path_factory):
     return {"root": root, "env": env, "positions": positions, "total": len(dataset), "dataset": dataset}
 
 
+@pytest.fixture(scope="module")
+def mds_corpus(corpus):
+    """The same documents as MosaicML shards (one MDS sample a document, as `mmidx convert --to
+    mds` writes them): what a Composer or LLM Foundry user has."""
+    from datasets import load_dataset
+
+    from mmidx_builder.convert import pairs_to_mds
+
+    root = corpus["root"]
+    pairs_to_mds(str(root / "corpus" / "unique_text_document"), str(root / "mds"), size_limit=1 << 12)
+    dataset = load_dataset(str(root / "mds"), seq_length=3, seed=11, split="train", cache_dir=str(root / "ours"))
+    positions = {tuple(row["input_ids"]): i for i, row in enumerate(dataset)}
+    assert len(positions) == len(dataset)
+    return {**corpus, "folder": "mds", "positions": positions, "total": len(dataset), "dataset": dataset}
+
+
 def launch(corpus, recipe: str) -> list[dict]:
     """Each rank's output of ``launched_training.py RECIPE`` started by its launcher."""
     root = corpus["root"]
-    script = [str(HERE / "launched_training.py"), recipe, str(root / "corpus"), str(root)]
+    script = [str(HERE / "launched_training.py"), recipe, str(root / corpus.get("folder", "corpus")), str(root)]
     bin_dir = Path(sys.executable).parent
     if recipe == "loop":
         command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(WORLD_SIZE),
@@ -90,6 +106,12 @@ def test_torchrun_plain_loop_over_rank_streams_is_megatrons_order(corpus, sample
     for rank, out in enumerate(launch(corpus, "loop")):
         for case in ("workers0", "workers2"):
             assert positions(out[case], corpus) == expected(sampler_class, corpus, rank, STEPS), (rank, case)
+
+
+def test_torchrun_loop_over_rank_streams_of_mosaicml_shards_is_megatrons_order(mds_corpus, sampler_class, torch):
+    for rank, out in enumerate(launch(mds_corpus, "loop")):
+        for case in ("workers0", "workers2"):
+            assert positions(out[case], mds_corpus) == expected(sampler_class, mds_corpus, rank, STEPS), (rank, case)
 
 
 def test_accelerate_prepare_of_a_global_stream_gives_each_process_megatrons_order(corpus, sampler_class, torch):
