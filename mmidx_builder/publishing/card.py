@@ -438,6 +438,22 @@ def _split_existing(text: str, readme: Path = Path(README_NAME)) -> tuple[dict, 
     return previous, hand_written
 
 
+def _check_our_own_bounds(text: str, readme: Path, existing: str | None) -> None:
+    """A card this would write is one that load_dataset and ``mmidx upload`` accept: within
+    every bound of hf/card_bounds.py. The existing front matter's YAML aliases are written out
+    in full (huggingface_hub dumps the parsed values), so a card within the bounds can come
+    back past them; it is refused then, and nothing is written."""
+    from ..hf.card_bounds import check_front_matter, count_aliases
+
+    try:
+        check_front_matter(text, f"{readme} as mmidx card would rewrite it")
+    except ParameterError as error:
+        aliases = count_aliases(existing) if existing else 0
+        why = (f"; its front matter's {aliases:,} YAML alias(es) (*name) are written out in full when it is "
+               "rewritten: write the repeated values once, or shorten them" if aliases else "")
+        raise ParameterError(f"{error}; nothing was written{why}") from None
+
+
 def render_card(directory: str | os.PathLike, settings: CardSettings | None = None) -> RenderedCard:
     """The card text and histogram for ``directory``, merged with its existing README.md
     (hand-written text and metadata a person set are kept). Writes nothing."""
@@ -519,6 +535,7 @@ def render_card(directory: str | os.PathLike, settings: CardSettings | None = No
         settings_json=json.dumps(settings.to_json(), sort_keys=True),
     )
     text = f"---\n{data.to_yaml()}\n---\n\n{body}\n{HAND_WRITTEN_MARKER}{hand_written}"
+    _check_our_own_bounds(text, readme, existing)
     DatasetCard(text)  # refuses metadata huggingface_hub cannot read back
     return RenderedCard(text=text, histogram_png=histogram_png(counts), splits=splits, settings=settings)
 
