@@ -175,3 +175,23 @@ def test_a_read_only_cache_folder_is_named_with_the_fix(tmp_path, monkeypatch, s
     said = str(error.value)
     assert isinstance(error.value, OSError) and said.startswith(f"{cache}: the datasets cache folder cannot be written")
     assert "streaming=True" in said and (f"set {given}" in said), said
+
+
+def test_a_cache_of_several_files_that_runs_out_of_room_removes_those_it_wrote(tmp_path):
+    """Issue 40 item 6: the blending indices are two files; under a limit that the first
+    (int16, 1.2 MB) fits and the second (int64, 4.8 MB) does not, the first must not stay
+    behind (a cache without its meta file, which nothing would ever remove) while the warning
+    says nothing was left. Removing save_arrays' clean-up failed no test before this one."""
+    cache = tmp_path / "blends"
+    result = _child(f"""
+        from mmidx_builder.megatron.blending_indices import load_or_build_blending_indices
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            built = load_or_build_blending_indices(cache_dir={str(cache)!r}, weights=[0.25, 0.75], size=600_000)
+        print("ROWS", len(built.dataset_index))
+        print("WARNED", [str(w.message) for w in caught])
+        """, limit=2_000_000)
+    assert "ROWS 600000" in result.stdout, result.stderr[-3000:]  # the blend is still served
+    warned = result.stdout.split("WARNED", 1)[1]
+    assert "not enough space for the index cache" in warned and "nothing of it was left behind" in warned, warned
+    assert _files_under(cache) == [], _files_under(cache)
