@@ -1,10 +1,15 @@
-"""The main job on a small corpus this script makes itself.
+"""The main job on a small corpus this script makes itself, and the files the README's examples use.
 
 Writes a few documents as UTF-8 byte tokens (ids 0-255, end-of-document 256) into a
 Megatron-flavour .bin/.idx pair, inspects it with the `mmidx` command, then loads it with
 `datasets.load_dataset` (prepared and streaming) and prints packed samples, decoded.
+
+Then it writes, in the same folder, every file the README's examples name (JSON lines and a
+word-level tokenizer.json, pairs made from them by `mmidx convert`, raw files), so that the
+examples run as pasted there: `cd example` after `bash scripts/quickstart.sh`.
 """
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +19,7 @@ from datasets import load_dataset
 
 import mmidx_builder  # registers the "mmidx" builder with datasets
 from mmidx_builder import IndexedFileWriter
+from mmidx_builder.convert import convert
 
 EOD = 256
 SEQ_LENGTH = 64
@@ -33,9 +39,46 @@ def decode(tokens) -> str:
     return "|".join(bytes(part[part != EOD].astype(np.uint8)).decode("utf-8", "replace") for part in parts)
 
 
+WORDS = "the a corpus of token files trains models fast and exactly as megatron does".split()
+
+
+def tokenizer_json(words) -> dict:
+    """A word-level tokenizer in the `tokenizers` library's JSON format (<unk> 0, EOD 1):
+    written as the library writes it, without the library."""
+    vocab = {"<unk>": 0, "<|endoftext|>": 1, **{w: i + 2 for i, w in enumerate(sorted(set(words)))}}
+    eod = {"id": 1, "content": "<|endoftext|>", "single_word": False, "lstrip": False, "rstrip": False,
+           "normalized": False, "special": True}
+    return {"version": "1.0", "truncation": None, "padding": None, "added_tokens": [eod], "normalizer": None,
+            "pre_tokenizer": {"type": "Whitespace"}, "post_processor": None, "decoder": None,
+            "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "<unk>"}}
+
+
+def write_readme_files(out: Path) -> list[str]:
+    """The files the README's examples name, under the names they use; returns them."""
+    rng = np.random.default_rng(1234)
+    (out / "texts").mkdir(parents=True, exist_ok=True)
+    for part in range(2):  # 200 documents of 3-60 words each
+        with open(out / "texts" / f"part-{part}.jsonl", "w") as f:
+            for n in rng.integers(3, 60, 200).tolist():
+                f.write(json.dumps({"text": " ".join(rng.choice(WORDS, n).tolist())}) + "\n")
+    (out / "tokenizer.json").write_text(json.dumps(tokenizer_json(WORDS)))
+    # Pairs as `mmidx convert --tokenizer bytes --append-eod` writes them (with the .mmidx-info
+    # sidecar that records the EOD id): a blend's two prefixes, and a folder of two splits.
+    for prefix, part in (("data/a", 0), ("data/b", 1), ("corpus/train", 0), ("corpus/validation", 1)):
+        convert([str(out / "texts" / f"part-{part}.jsonl")], str(out / prefix), "bytes", append_eod=True,
+                overwrite=True)
+    for label, sizes in (("cat", (300, 1200)), ("dog", (500, 70))):  # raw files in class folders
+        (out / "raw" / label).mkdir(parents=True, exist_ok=True)
+        for i, size in enumerate(sizes):
+            (out / "raw" / label / f"{i}.txt").write_text(" ".join(rng.choice(WORDS, size // 6).tolist()))
+    return ["texts/part-0.jsonl", "texts/part-1.jsonl", "tokenizer.json", "data/a_text_document",
+            "data/b_text_document", "corpus/train_text_document", "corpus/validation_text_document",
+            "raw/cat", "raw/dog"]
+
+
 def main(out_dir: str) -> None:
     out = Path(out_dir)
-    prefix = out / "data" / "tiny_text_document"
+    prefix = out / "tiny" / "tiny_text_document"
     with IndexedFileWriter(prefix, vocab_size=EOD + 1) as writer:
         for text in DOCUMENTS:
             writer.add_document(list(text.encode("utf-8")) + [EOD])
@@ -52,6 +95,9 @@ def main(out_dir: str) -> None:
     stream = load_dataset(str(prefix.parent), split="train", streaming=True, **options)
     first = next(iter(stream))["input_ids"]
     print(f"streaming=True gives the same first sample: {first == ds[0]['input_ids']}")
+
+    written = write_readme_files(out)
+    print(f"\nthe README's examples run in {out} (cd {out}); it holds {', '.join(written)}")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@
     ├── UnsafeEncodingError (ParameterError)  an MDS column whose reading runs code (pkl), not allowed
     ├── RemoteReadError (OSError)   a remote byte range still failing after its retries
     ├── OutOfSpaceError (OSError)   a write that does not fit in its folder's free space
+    ├── UnwritableFolderError (OSError)  a folder load_dataset must write in that cannot be written
     ├── ParameterError (ValueError) a setting cannot work (seq_length < 1, too many samples...)
     ├── ConvertError                an input record or tokenizer that `mmidx convert` cannot use
     ├── ConcurrentWriteError        another writer holds the output name (a pair's prefix)
@@ -48,8 +49,32 @@ class FormatError(MMIdxError):
         super().__init__(message)
 
 
+NO_SUCH_FILE = "no such file"
+PAIR_HINT = "a .bin/.idx pair needs both files"
+
+
 class MissingPartnerError(FormatError):
-    """One file of a .bin/.idx pair exists and the other does not."""
+    """One file of a .bin/.idx pair exists and the other does not (or neither does)."""
+
+    @classmethod
+    def of_pair(cls, idx_path: str, bin_path: str, idx_found: str | None, bin_found: str | None,
+                hint: str = PAIR_HINT) -> "MissingPartnerError | None":
+        """The one wording of a pair that cannot be opened, wherever it is met (a folder, a
+        Megatron prefix, ``mmidx inspect``, a remote pair). ``idx_found``/``bin_found`` say what
+        is at each path: None for a regular file, else ``NO_SUCH_FILE``, "a dangling link to x",
+        "a symbolic link loop", "a directory", ...; None when both are regular files."""
+        if idx_found == bin_found == NO_SUCH_FILE:
+            prefix = idx_path[:-4] if idx_path.endswith(".idx") else os.path.splitext(idx_path)[0]
+            return cls(prefix, "pair", f"{bin_path} and {idx_path}", "neither file",
+                       hint="no .bin/.idx pair has this prefix; check it, and the folder it is relative to")
+        for path, found, partner, partner_found in ((idx_path, idx_found, bin_path, bin_found),
+                                                    (bin_path, bin_found, idx_path, idx_found)):
+            if found is None:
+                continue
+            if partner_found is None:
+                return cls(path, "file", f"the partner of {partner}", found, hint=hint)
+            return cls(path, "file", "a regular file (one of a .bin/.idx pair)", found)
+        return None
 
 
 class RemoteChangedError(FormatError):
@@ -85,24 +110,49 @@ class RemoteReadError(MMIdxError, OSError):
 class OutOfSpaceError(MMIdxError, OSError):
     """A write (an Arrow cache, an index cache, saved indices) that does not fit in the free
     space of its folder, found before writing (an estimate) or when a write failed for lack of
-    space (ENOSPC, a quota, a file-size limit). Nothing of the write is left behind."""
+    space (ENOSPC, a quota, a file-size limit). Nothing of the write is left behind.
 
-    def __init__(self, folder, needed: int | None, free: int | None, what: str, hint: str = ""):
+    ``failed`` is the system's words for a write that failed ("No space left on device"); the
+    free bytes are then those measured after the failure, once what was written is removed
+    (they may well exceed the estimate: a quota or a file-size limit is not free space)."""
+
+    def __init__(self, folder, needed: int | None, free: int | None, what: str, hint: str = "",
+                 failed: str | None = None):
         import errno
 
         self.folder, self.needed, self.free, self.what = os.fspath(folder), needed, free, what
-        needs = f"it needs about {needed:,} bytes" if needed is not None else "a write failed for lack of space"
-        has = f", {free:,} are free there" if free is not None else ""
+        self.hint, self.failed = hint, failed
+        about = f"about {needed:,} bytes" if needed is not None else None
+        if failed is None:
+            needs = f"it needs {about}" if about else "a write failed for lack of space"
+            has = f", {free:,} are free there" if free is not None else ""
+        else:
+            needs = f"a write failed ({failed})" + (f" on the way to {about}" if about else "")
+            has = f"; {free:,} bytes are free there after the failure" if free is not None else ""
         message = (f"{self.folder}: not enough space for {what}: {needs}{has}; nothing of it was left behind "
                    f"(free space there{', or ' + hint if hint else ''})")
         super().__init__(errno.ENOSPC, message)
-        self.hint = hint
 
     def __str__(self) -> str:
         return self.strerror
 
     def __reduce__(self):  # raised in worker processes: must cross processes whole
-        return type(self), (self.folder, self.needed, self.free, self.what, self.hint)
+        return type(self), (self.folder, self.needed, self.free, self.what, self.hint, self.failed)
+
+
+class UnwritableFolderError(MMIdxError, OSError):
+    """A folder load_dataset must write in (the datasets cache, even with ``streaming=True``)
+    that cannot be written (read-only, not ours): names the folder and what to set instead."""
+
+    def __init__(self, folder, errno_: int, reason: str, what: str, fix: str):
+        self.folder, self.reason, self.what, self.fix = os.fspath(folder), reason, what, fix
+        super().__init__(errno_, f"{self.folder}: {what} cannot be written ({reason}); {fix}")
+
+    def __str__(self) -> str:
+        return self.strerror
+
+    def __reduce__(self):
+        return type(self), (self.folder, self.errno, self.reason, self.what, self.fix)
 
 
 class ParameterError(MMIdxError, ValueError):

@@ -25,6 +25,8 @@ at a time, by requests whose file name contains the key):
     capacity       None, or the most requests answered at once: more get 503 at once, without
                    ``Retry-After`` (an overloaded server); ``refused`` counts them
     ignore_if_match  True: ``If-Match`` is ignored (a changed file is served with its new ETag)
+    etags          False: no ``ETag`` header at all (a server without versions: only the size
+                   in ``Content-Range`` tells a replaced file)
 Records: ``sent`` / ``unranged`` (bytes by file name), ``whole_files_sent``, ``requests``
 (file name -> number of GETs), ``statuses`` (file name -> list of statuses answered),
 ``encodings`` (``Accept-Encoding`` headers of GETs -> count), ``max_in_flight`` (the most
@@ -183,7 +185,8 @@ class _RangeHandler(SimpleHTTPRequestHandler):
             self.send_response(200)
         self._status(name, 206 if ranged else 200)
         self.send_header("Accept-Ranges", "bytes")
-        self.send_header("ETag", etag)
+        if server.etags:
+            self.send_header("ETag", etag)
         if body and _take(server.gzip, name, server.lock):
             with open(path, "rb") as f:
                 f.seek(start)
@@ -279,6 +282,7 @@ class RangeServer:
         httpd.shift_bytes = 4096
         httpd.limit_status, httpd.limit_headers = 429, {"Retry-After": "1"}
         httpd.ignore_if_match = False
+        httpd.etags = True
         httpd.capacity, httpd.refused = None, 0
         if ssl_context is not None:  # HTTPS: each connection's TLS handshake in its own thread
             httpd.socket = ssl_context.wrap_socket(httpd.socket, server_side=True, do_handshake_on_connect=False)
@@ -294,7 +298,7 @@ class RangeServer:
 
     def __setattr__(self, name, value):
         if name in ("latency", "bandwidth", "stall_seconds", "shift_bytes", "limit_status", "limit_headers",
-                    "ignore_if_match", "capacity", "max_in_flight"):
+                    "ignore_if_match", "etags", "capacity", "max_in_flight"):
             setattr(self._httpd, name, value)
         else:
             super().__setattr__(name, value)

@@ -21,6 +21,7 @@ from datasets import load_dataset
 
 import mmidx_builder  # noqa: F401  registers the builders
 from mmidx_builder.errors import MMIdxError, ParameterError
+from mmidx_builder.hf.card_bounds import check_front_matter
 from mmidx_builder.publishing.card import CardSettings, render_card
 from mmidx_builder.sources.indexed import write_documents
 
@@ -117,6 +118,40 @@ def test_the_default_bounds_refuse_a_large_card_at_once(tmp_path):
         load_dataset(str(folder), seq_length=8, streaming=True)
 
 
+def _aliased_front_matter(string_bytes: int, aliases: int = 7) -> str:
+    """Front matter of one anchored string of ``string_bytes`` and ``aliases`` aliases of it.
+    A YAML dump keeps anchors of lists and mappings, but writes a string out at every alias."""
+    return f"notes: &n '{'x' * string_bytes}'\n" + "".join(f"more{i}: *n\n" for i in range(aliases))
+
+
+def test_mmidx_card_never_writes_a_card_its_own_bounds_refuse(tmp_path):
+    """Issue 40 item 4: front matter of YAML aliases within MMIDX_MAX_CARD_BYTES was
+    rewritten expanded (~2 MB), a card load_dataset and mmidx upload then refused."""
+    from mmidx_builder.hf.card_bounds import check_front_matter, limit
+
+    folder = _pair(tmp_path / "data")
+    front = _aliased_front_matter(limit("MMIDX_MAX_CARD_BYTES") // 5)  # ~210 KB, ~1.7 MB written out
+    assert len(front.encode()) <= limit("MMIDX_MAX_CARD_BYTES")
+    original = "---\n" + front + "---\nbody\n"
+    (folder / "README.md").write_text(original)
+    check_front_matter(original, "the card as given")  # within the bounds
+    load_dataset(str(folder), seq_length=8, streaming=True)  # and loads
+    with pytest.raises(ParameterError) as error:
+        render_card(folder, CardSettings(seq_length=8))
+    said = str(error.value)
+    assert "MMIDX_MAX_CARD_BYTES" in said and "nothing was written" in said and "YAML alias" in said, said
+    for command in (["card", str(folder), "--seq-length", "8"],
+                    ["upload", str(folder), "--repo-id", "me/tokens", "--dry-run", "--seq-length", "8"]):
+        result = _cli(*command)
+        assert result.returncode == 1 and "MMIDX_MAX_CARD_BYTES" in result.stderr, result.stderr[-2000:]
+        assert "Traceback" not in result.stderr
+        assert (folder / "README.md").read_text() == original
+    # Without the aliases' weight the same folder gets its card, and the card loads.
+    (folder / "README.md").write_text("---\n" + _aliased_front_matter(20_000) + "---\nbody\n")  # 160 KB out
+    assert _cli("card", str(folder), "--seq-length", "8").returncode == 0
+    load_dataset(str(folder), seq_length=8, streaming=True)
+
+
 def test_a_data_files_pattern_matching_too_many_files_is_refused(tmp_path, monkeypatch):
     folder = _pair(tmp_path / "data")
     for i in range(6):
@@ -154,9 +189,11 @@ def test_fuzz_render_card_gives_a_card_or_a_typed_error(tmp_path_factory, front)
     folder = _pair(tmp_path_factory.mktemp("fuzz"))
     _write_card(folder, front)
     try:
-        render_card(folder, CardSettings(seq_length=8))
+        rendered = render_card(folder, CardSettings(seq_length=8))
     except MMIdxError as error:
         assert "\n" not in str(error).strip(), str(error)
+    else:  # a card it renders is one its own bounds accept (issue 40 item 4)
+        check_front_matter(rendered.text, "the rendered card")
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -203,3 +203,29 @@ def test_the_docs_have_blocks_and_few_are_skipped():
     for path in DOCS:
         assert path.read_text(encoding="utf-8").count("```") % 2 == 0, f"{path.name}: an unclosed fence"
 
+
+
+def test_the_tokenizer_lists_agree_with_each_other_and_with_convert_help():
+    """Issue 40 item 5: docs/convert.md said Megatron's GPT2BPETokenizer, BertWordPiece* and
+    TikTokenizer were not supported, while the README, `mmidx convert --help` and
+    docs/tokenizers.md (and the code, convert/megatron_tokenizers.NAMES) say they are."""
+    from mmidx_builder.convert.megatron_tokenizers import NAMES
+
+    helped = subprocess.run([sys.executable, "-m", "mmidx_builder.cli", "convert", "--help"], capture_output=True,
+                            text=True, env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"})
+    assert helped.returncode == 0, helped.stderr
+    texts = {"mmidx convert --help": " ".join(helped.stdout.split())}
+    for doc in ("README.md", "docs/tokenizers.md", "docs/convert.md"):
+        texts[doc] = (ROOT / doc).read_text(encoding="utf-8")
+    # convert.md's own list of what --tokenizer takes, and tokenizers.md's table, name each one.
+    tokenizer_row = next(line for line in texts["docs/convert.md"].splitlines() if line.startswith("| `--tokenizer T`"))
+    table = "\n".join(line for line in texts["docs/tokenizers.md"].split("\n## ")[0].splitlines() if line.startswith("|"))
+    texts.update({"docs/convert.md's --tokenizer row": tokenizer_row, "docs/tokenizers.md's table": table})
+    for where, text in texts.items():
+        missing = [name for name in NAMES if not re.search(rf"\b{name}\b", text)]
+        assert not missing, f"{where} does not name {missing}"
+    for doc in ("README.md", "docs/tokenizers.md", "docs/convert.md"):
+        for line in texts[doc].splitlines():
+            said = [name for name in NAMES if name in line]
+            assert not (said and re.search(r"not supported|unsupported|not offered", line, re.I)), \
+                f"{doc} says {said} are not supported: {line[:200]}"

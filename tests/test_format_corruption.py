@@ -191,6 +191,17 @@ def test_idx_truncated_at_every_byte(tmp_path, flavour):
             assert error.field in ("header", "file size"), (size, str(error))
 
 
+@pytest.mark.parametrize("size", range(FAIRSEQ_HEADER, MEGATRON_HEADER))
+def test_a_megatron_idx_cut_inside_its_header_is_called_so(pair, size):
+    """Issue 40 item 3: cut at 26-33 bytes, the document count is gone and the only size on
+    offer was the fairseq flavour's ("expected 140 bytes (fairseq flavour, N=7)")."""
+    truncate(pair + ".idx", size)
+    error = expect_format_error(pair, field="file size")
+    said = str(error)
+    assert f"a Megatron .idx cut at {size} bytes, inside its {MEGATRON_HEADER}-byte header" in said, said
+    assert f"at least {MEGATRON_HEADER} bytes (Megatron flavour" in said, said
+
+
 @pytest.mark.parametrize("extra", [1, 8, N - 1, N + 1, 8 * D])
 def test_idx_with_trailing_bytes(pair, extra):
     # N extra bytes read as a multimodal file's modes; other amounts are wrong sizes.

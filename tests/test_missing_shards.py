@@ -154,3 +154,43 @@ def test_a_hub_repo_whose_bin_is_gone_is_refused_naming_it(tmp_path, monkeypatch
             with pytest.raises(MissingPartnerError) as error:
                 _count(path="me/broken", seq_length=SEQ, streaming=streaming, cache_dir=str(tmp_path / "cache"))
             _refused_naming_b(error)
+
+
+# --- the one wording of a prefix whose pair is not there (issue 40 item 3) --------------------
+
+def _without_pair(root: Path, how: str) -> str:
+    """A prefix ``b_text_document`` beside a good ``a``: neither file there, or its .idx a loop
+    of links (a link to itself: os.path.exists says nothing is there)."""
+    _folder(root, "deleted")
+    os.remove(root / "b_text_document.idx")
+    if how == "link loop":
+        rng = np.random.default_rng(1)
+        write_documents(root / "b_text_document", [rng.integers(0, 100, size=30) for _ in range(9)], dtype=np.uint16)
+        os.remove(root / "b_text_document.idx")
+        os.symlink("b_text_document.idx", root / "b_text_document.idx")
+    return str(root / "b_text_document")
+
+
+@pytest.mark.parametrize("how, said", [("neither file", "found neither file"),
+                                       ("link loop", "found a loop of symbolic links")])
+def test_a_prefix_without_its_pair_is_said_the_same_way_by_the_library_and_the_cli(tmp_path, how, said):
+    """Before: a prefix of which neither file exists was "expected the partner of .../b.bin,
+    found no such file" in load_dataset ("found neither exists" in mmidx inspect), and a loop
+    of links "no such file" everywhere."""
+    prefix = _without_pair(tmp_path / "data", how)
+    messages = []
+    for streaming in (False, True):
+        with pytest.raises(MissingPartnerError) as error:
+            _count(data_path=[prefix], split_ratios="1,0,0", num_samples={"train": 4}, seq_length=SEQ,
+                   streaming=streaming, cache_dir=str(tmp_path / "cache"))
+        messages.append(str(error.value))
+    megatron_args = f"--data-path {prefix} --split 1 --seq-length {SEQ} --train-iters 2 --global-batch-size 1 " \
+                    "--eval-iters 0 --eval-interval 1"
+    for command in (("inspect", prefix), ("samples", "--megatron-args", megatron_args)):
+        result = _cli(*command)
+        assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr
+        messages.append(result.stderr.strip().split(": error: ", 1)[1])
+    assert len(set(messages)) == 1, messages
+    assert said in messages[0] and "b_text_document" in messages[0], messages[0]
+    if how == "neither file":
+        assert f"expected {prefix}.bin and {prefix}.idx" in messages[0] and "partner" not in messages[0]

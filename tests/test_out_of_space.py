@@ -5,6 +5,7 @@ and the bytes free, and leaves nothing behind."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -17,7 +18,7 @@ import pytest
 from datasets import load_dataset
 
 import mmidx_builder  # noqa: F401  registers the builders
-from mmidx_builder.errors import OutOfSpaceError
+from mmidx_builder.errors import OutOfSpaceError, UnwritableFolderError
 from mmidx_builder.hf import prepared_size
 from mmidx_builder.sources.indexed import write_documents
 
@@ -74,16 +75,27 @@ def test_a_prepare_that_runs_out_of_room_is_our_error_and_leaves_no_cache(tmp_pa
     cache = tmp_path / "cache"
     result = _child(f"""
         import mmidx_builder, datasets
-        from mmidx_builder.errors import OutOfSpaceError
+        from mmidx_builder.errors import OutOfSpaceError, UnwritableFolderError
         try:
             datasets.load_dataset({str(folder)!r}, seq_length={SEQ}, cache_dir={str(cache)!r})
         except OutOfSpaceError as error:
+            import os, shutil
             print("REFUSED", error)
+            print("NAMED", os.path.isdir(error.folder), error.folder.startswith({str(cache)!r}))
+            print("FREE", error.free, shutil.disk_usage(error.folder).free)
         """, limit=200_000)
     assert "REFUSED" in result.stdout, result.stderr[-3000:]
     said = result.stdout
     assert "not enough space for the Arrow cache" in said and "bytes" in said and "streaming=True" in said
     assert "An error occurred while generating" not in said
+    # issue 40 item 3: the folder named is still there (datasets removed its incomplete folder,
+    # which was named), the write is said to have failed (File too large: the limit here is no
+    # lack of free space, and "needs about X, Y are free" with Y > X read as a contradiction),
+    # and the free bytes are those after the failure, measured in that folder
+    assert "NAMED True True" in said, said
+    assert "a write failed (File too large)" in said and "are free there after the failure" in said, said
+    free, measured = map(int, said.split("FREE ", 1)[1].split()[:2])
+    assert abs(free - measured) < 64 << 20, (free, measured)
     left = [f for f in _files_under(cache) if f.endswith(".arrow") or ".incomplete" in f]
     assert left == [], left
 
@@ -103,7 +115,8 @@ def test_an_index_cache_that_runs_out_of_room_leaves_no_npy(tmp_path):
         """, limit=600_000)
     assert "ROWS" in result.stdout, result.stderr[-3000:]  # the samples are still served
     warned = result.stdout.split("WARNED", 1)[1]
-    assert f"{cache}: not enough space for the index cache: it needs about" in warned and "are free there" in warned
+    assert f"{cache}: not enough space for the index cache: a write failed (" in warned, warned
+    assert "on the way to about" in warned and "are free there after the failure" in warned, warned
     assert [f for f in _files_under(cache) if f.endswith(".npy")] == [], _files_under(cache)
 
 
@@ -113,3 +126,72 @@ def test_the_estimate_follows_the_features():
     features = datasets.Features({"input_ids": datasets.List(datasets.Value("uint16"), length=2049),
                                   "dataset_id": datasets.Value("int16")})
     assert prepared_size.row_bytes(features) == 2049 * 2 + 2
+
+
+@contextlib.contextmanager
+def _read_only_folder(path: Path):
+    """A folder nothing can be written in: mode 555, and for root (whom the mode does not stop)
+    immutable (chattr +i); the test is skipped where neither holds."""
+    path.mkdir()
+    path.chmod(0o555)
+    immutable = False
+
+    def writable() -> bool:
+        try:
+            (path / "probe").touch()
+        except OSError:
+            return False
+        (path / "probe").unlink()
+        return True
+
+    if writable():
+        immutable = subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode == 0
+    try:
+        if writable():
+            pytest.skip("no way to make a folder read-only here (root without chattr)")
+        yield path
+    finally:
+        if immutable:
+            subprocess.run(["chattr", "-i", str(path)], check=True)
+        path.chmod(0o755)
+
+
+@pytest.mark.parametrize("streaming", [True, False], ids=["streaming", "prepared"])
+@pytest.mark.parametrize("given", ["HF_DATASETS_CACHE", "cache_dir"])
+def test_a_read_only_cache_folder_is_named_with_the_fix(tmp_path, monkeypatch, streaming, given):
+    """Issue 40 item 3: a read-only HF_DATASETS_CACHE was an untyped OSError from the lock
+    datasets takes in the cache folder, even with streaming=True."""
+    import datasets.config
+
+    folder = _corpus(tmp_path / "data", documents=30)
+    with _read_only_folder(tmp_path / "read-only") as cache:
+        kwargs = {}
+        if given == "cache_dir":
+            kwargs["cache_dir"] = str(cache)
+        else:
+            monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(cache))
+        with pytest.raises(UnwritableFolderError) as error:
+            load_dataset(str(folder), seq_length=SEQ, split="train", streaming=streaming, **kwargs)
+    said = str(error.value)
+    assert isinstance(error.value, OSError) and said.startswith(f"{cache}: the datasets cache folder cannot be written")
+    assert "streaming=True" in said and (f"set {given}" in said), said
+
+
+def test_a_cache_of_several_files_that_runs_out_of_room_removes_those_it_wrote(tmp_path):
+    """Issue 40 item 6: the blending indices are two files; under a limit that the first
+    (int16, 1.2 MB) fits and the second (int64, 4.8 MB) does not, the first must not stay
+    behind (a cache without its meta file, which nothing would ever remove) while the warning
+    says nothing was left. Removing save_arrays' clean-up failed no test before this one."""
+    cache = tmp_path / "blends"
+    result = _child(f"""
+        from mmidx_builder.megatron.blending_indices import load_or_build_blending_indices
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            built = load_or_build_blending_indices(cache_dir={str(cache)!r}, weights=[0.25, 0.75], size=600_000)
+        print("ROWS", len(built.dataset_index))
+        print("WARNED", [str(w.message) for w in caught])
+        """, limit=2_000_000)
+    assert "ROWS 600000" in result.stdout, result.stderr[-3000:]  # the blend is still served
+    warned = result.stdout.split("WARNED", 1)[1]
+    assert "not enough space for the index cache" in warned and "nothing of it was left behind" in warned, warned
+    assert _files_under(cache) == [], _files_under(cache)

@@ -151,6 +151,83 @@ def test_a_folder_published_with_its_tokenizer_is_ours(tmp_path, write_corpus):
         assert [row["input_ids"] for row in stream] == expected["train"]["input_ids"]
 
 
+def _loads_of(folder, parent, seq_length, cache):
+    """Every way of naming a folder of pairs to load_dataset: (what, kwargs); each loads train."""
+    common = dict(seq_length=seq_length, split="train", cache_dir=str(cache))
+    rel = folder.relative_to(parent).as_posix()
+    return [("folder", dict(path=str(folder))),
+            ("folder, data_files='*'", dict(path=str(folder), data_files="*")),
+            ("parent, data_dir=", dict(path=str(parent), data_dir=rel)),
+            ("'mmidx', data_dir=", dict(path="mmidx", data_dir=str(folder))),
+            ("'mmidx', data_files='folder/*'", dict(path="mmidx", data_files=str(folder / "*"))),
+            ("'mmidx', data_files={'train': 'folder/*'}", dict(path="mmidx", data_files={"train": str(folder / "*")})),
+            ("'mmidx', data_files='folder/**'", dict(path="mmidx", data_files=str(folder / "**"))),
+            ], common
+
+
+def test_convert_output_with_its_card_and_tokenizer_loads_in_every_form(tmp_path):
+    """Issue 40 item 2: what `mmidx convert` writes (the pair and its .mmidx-info sidecar), with
+    the tokenizer files, a card and its histogram beside it, loads the same rows whether the
+    folder is given, or data_dir=, or a pattern of all its files (the sidecar was refused as
+    "neither a .bin nor an .idx file"); and a Megatron prefix of it too. Streaming and prepared."""
+    from mmidx_builder.convert import convert
+    from mmidx_builder.publishing.card import CardSettings, write_card
+
+    texts = tmp_path / "texts.jsonl"
+    texts.write_text("".join(f'{{"text": "{"document %d " % i * (i % 7 + 1)}"}}\n' for i in range(60)))
+    corpus = tmp_path / "corpus"
+    convert([str(texts)], str(corpus / "train"), "bytes", append_eod=True)
+    for name, text in TOKENIZER_FILES.items():
+        (corpus / name).write_text(text)
+    seq_length = 32
+    loads, common = _loads_of(corpus, tmp_path, seq_length, tmp_path / "cache")
+    expected = datasets.load_dataset(str(corpus), **common)["input_ids"]
+    assert len(expected) > 10
+    for stage in ("converted", "with a card"):
+        if stage == "with a card":
+            write_card(corpus, CardSettings(seq_length=seq_length))
+        names = sorted(p.name for p in corpus.iterdir())
+        assert "train_text_document.mmidx-info" in names and ("README.md" in names) == (stage == "with a card")
+        for what, kwargs in loads:
+            for streaming in (False, True):
+                try:
+                    loaded = datasets.load_dataset(**kwargs, **common, streaming=streaming)
+                except Exception as error:
+                    raise AssertionError(f"{stage}, {what}, streaming={streaming}: {error}") from error
+                assert [row["input_ids"] for row in loaded] == expected, (stage, what, streaming)
+        prefix = str(corpus / "train_text_document")
+        blend = datasets.load_dataset("mmidx", data_path=[prefix], split_ratios="1,0,0", num_samples={"train": 5},
+                                      seq_length=seq_length, cache_dir=str(tmp_path / "cache"), split="train")
+        assert blend.num_rows == 5
+
+
+def test_our_fairseq_preprocess_output_loads_in_every_form(tmp_path):
+    """The same for `mmidx fairseq-preprocess`'s data-bin: its dict.{lang}.txt lie beside the
+    pairs, and a pattern of all its files must still be fairseq pairs, not GPT samples."""
+    from mmidx_builder.fairseq.preprocess import preprocess
+
+    text = tmp_path / "text"
+    text.mkdir()
+    rng = np.random.default_rng(8)
+    for lang in ("de", "en"):
+        lines = [" ".join(f"{lang}{w}" for w in rng.integers(0, 30, int(n))) for n in rng.integers(1, 9, 40)]
+        (text / f"train.{lang}").write_text("\n".join(lines) + "\n")
+    folder = tmp_path / "data-bin"
+    preprocess(source_lang="de", target_lang="en", trainpref=str(text / "train"), destdir=str(folder))
+    assert {"dict.de.txt", "dict.en.txt"} <= {p.name for p in folder.iterdir()}
+    loads, common = _loads_of(folder, tmp_path, None, tmp_path / "cache")
+    del common["seq_length"]
+    expected = datasets.load_dataset(str(folder), **common)
+    assert list(expected.features) == ["id", "source", "target"]
+    for what, kwargs in loads:
+        loaded = datasets.load_dataset(**kwargs, **common, streaming=True)
+        assert [row["source"] for row in loaded] == expected["source"], what
+    # a pattern given with the folder matched pair files only: the kind is chosen on them (it
+    # was chosen on the pattern's text, and the pairs were read as GPT samples)
+    only_pairs = datasets.load_dataset(str(folder), data_files="train.de-en.*", **common)
+    assert only_pairs["source"] == expected["source"]
+
+
 def test_a_folder_without_pairs_keeps_datasets_rule(tmp_path):
     """Only pairs make a folder ours: a lone .bin (a model's weights) beside JSON stays JSON."""
     (tmp_path / "pytorch_model.bin").write_bytes(b"\0" * 64)

@@ -53,10 +53,25 @@ def test_the_changelog_has_an_entry_for_this_version_and_the_license_is_apache()
     changelog = (ROOT / "CHANGELOG.md").read_text()
     assert re.search(rf"^## {re.escape(_pyproject_version())}\b", changelog, flags=re.M), \
         f"CHANGELOG.md has no '## {_pyproject_version()}' section"
-    assert "## Unreleased" in changelog
     license_text = (ROOT / "LICENSE").read_text()
     assert "Apache License" in license_text and "Version 2.0, January 2004" in license_text
     assert 'license = "Apache-2.0"' in (ROOT / "pyproject.toml").read_text()
+
+
+def test_the_changelog_s_top_entry_is_the_version_the_package_reports():
+    """Issue 40 item 5: what changed since the last release is the version pyproject.toml (and
+    so `mmidx --version`) gives, never an 'Unreleased' section above it while the package
+    still calls itself the release before (0.1.0 beside a changelog of round 4's changes)."""
+    headings = re.findall(r"^## (.+)$", (ROOT / "CHANGELOG.md").read_text(), flags=re.M)
+    version = _pyproject_version()
+    assert headings and re.fullmatch(rf"{re.escape(version)}( \(\d{{4}}-\d{{2}}-\d{{2}}\))?", headings[0]), \
+        f"CHANGELOG.md's top section is {headings[:1]}, not '## {version} (YYYY-MM-DD)' (pyproject.toml's version)"
+    assert len(set(headings)) == len(headings), headings
+    installed = importlib.metadata.distribution("mmidx-builder")
+    source = (installed.read_text("direct_url.json") or "")
+    if f'"file://{ROOT.as_posix()}"' in source.replace(" ", ""):  # this checkout, installed editable
+        assert installed.version == version, (f"the installed metadata says {installed.version}, pyproject.toml "
+                                              f"{version}: pip install -e . again to report the new version")
 
 
 def _tracked_files() -> list[str]:

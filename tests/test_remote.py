@@ -184,6 +184,18 @@ def test_a_missing_remote_partner_is_named(served, tmp_path):
             IndexedFile.open(server.url + "/lonely")
 
 
+def test_a_remote_prefix_without_either_file_is_said_as_a_local_one_is(served, tmp_path):
+    """Issue 40 item 3: one wording for a pair of which neither file is there, local or remote
+    (the remote one said "found neither exists")."""
+    with RangeServer(tmp_path) as server:
+        with pytest.raises(MissingPartnerError) as remote:
+            IndexedFile.open(server.url + "/nope")
+    with pytest.raises(MissingPartnerError) as local:
+        IndexedFile.open(tmp_path / "nope")
+    assert str(remote.value).replace(server.url, str(tmp_path)) == str(local.value), (str(remote.value), str(local.value))
+    assert "found neither file" in str(local.value)
+
+
 def test_raw_files_read_remotely_equal_local_maps(tmp_path):
     rng = np.random.default_rng(4)
     names = []

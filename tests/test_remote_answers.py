@@ -90,6 +90,24 @@ def test_a_changed_file_is_refused_when_the_server_ignores_if_match(copied, chan
     np.testing.assert_array_equal(before, IndexedFile.open(prefix).read_pieces([3], [0], [5]))
 
 
+@pytest.mark.parametrize("change", ["longer", "shorter"])
+def test_a_replaced_file_of_another_size_is_refused_by_a_server_without_etags(copied, change):
+    """Issue 40 item 6: without an ETag (nor Last-Modified) the total of a 206's Content-Range
+    is all that tells a replaced file; without that check a stream served the new file's bytes
+    (140 remote tests passed with it removed)."""
+    folder, prefix = copied
+    with RangeServer(folder) as server:
+        server.etags = False
+        remote = IndexedFile.open(server.url + "/corpus", opener=fast())
+        assert remote.read_pieces([3], [0], [5]).size == 5
+        data = (folder / "corpus.bin").read_bytes()[::-1]  # other bytes at every offset
+        (folder / "corpus.bin").write_bytes(data + b"\0\0" if change == "longer" else data[:-2])
+        start = int(remote.sequence_starts[3]) * 2
+        with pytest.raises(RemoteChangedError, match=rf"corpus\.bin: bytes \[{start}, {start + 10}\).*changed"):
+            remote.read_pieces([3], [0], [5])
+        assert server.statuses["corpus.bin"][-1] == 206  # the server did answer the range
+
+
 # --- 200 to a ranged request ------------------------------------------------------------------
 
 def test_a_whole_file_answer_to_a_range_is_sliced(served):

@@ -11,7 +11,9 @@ BaseBuilder (or gpt_samples.GPTSamplesBuilder) and says how a split's files beco
 from __future__ import annotations
 
 import dataclasses
+import errno
 import hashlib
+import os
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -19,9 +21,9 @@ import datasets
 import pyarrow as pa
 
 from ..sources import provenance
-from ..storage.files import file_identity, free_bytes, out_of_room
+from ..storage.files import failure_words, file_identity, free_bytes, nearest_existing, out_of_room
 from ..checks import check_bool, check_int
-from ..errors import MMIdxError, OutOfSpaceError, ParameterError
+from ..errors import MMIdxError, OutOfSpaceError, ParameterError, UnwritableFolderError
 from ..storage.remote import RemoteAccess
 from . import registry
 from .card_checksums import verify_against_card
@@ -89,6 +91,26 @@ def _our_error(error: BaseException | None) -> MMIdxError | None:
     return None
 
 
+def _unwritable_cache(error: OSError, cache_dir) -> UnwritableFolderError | None:
+    """datasets' builder takes a lock file in its cache folder before anything else, streaming
+    or not; a cache folder that cannot be written is then an untyped error from filelock.
+    Said here as what it is, naming the folder and the setting that moves it."""
+    root = os.path.abspath(os.path.expanduser(str(cache_dir or datasets.config.HF_DATASETS_CACHE)))
+    where = os.path.abspath(error.filename) if isinstance(error.filename, str) else None
+    if error.errno not in (errno.EACCES, errno.EPERM, errno.EROFS) or where is None:
+        return None
+    if os.path.commonpath([root, where]) not in (root, where):  # not in the cache folder nor on the way to it
+        return None
+    setting = ("cache_dir= a folder you can write" if cache_dir else
+               "HF_DATASETS_CACHE to a folder you can write (or pass cache_dir=)")
+    unwritable = UnwritableFolderError(
+        root, error.errno, error.strerror or str(error), "the datasets cache folder",
+        f"load_dataset writes its lock there even with streaming=True (and the Arrow cache and sampling "
+        f"indices); set {setting}")
+    unwritable.__cause__ = error
+    return unwritable
+
+
 class BaseBuilder(datasets.ArrowBasedBuilder):
     """What every kind shares. A kind says how a split's files become a :class:`Plan`
     (``_plan``: downloads, nothing opened) and how a plan is opened (``open_plan``); the base
@@ -97,6 +119,12 @@ class BaseBuilder(datasets.ArrowBasedBuilder):
     splits, provenance, features, shards and tables."""
 
     BUILDER_CONFIG_CLASS = BaseConfig
+
+    def __init__(self, *args, **kwargs):
+        try:
+            super().__init__(*args, **kwargs)
+        except OSError as error:
+            raise _unwritable_cache(error, kwargs.get("cache_dir")) or error
 
     def _create_builder_config(self, *args, **kwargs):
         builder_config, config_id = super()._create_builder_config(*args, **kwargs)
@@ -139,11 +167,14 @@ class BaseBuilder(datasets.ArrowBasedBuilder):
             ours = _our_error(error)
             if ours is not None and ours is not error:
                 raise ours from error
-            if out_of_room(error) is None:
+            cause = out_of_room(error)
+            if cause is None:
                 raise
-            folder = self._output_dir
+            # datasets has removed its incomplete folder by now: the folder named is the nearest
+            # that is still there, and its free bytes are measured now, after the failure.
+            folder = nearest_existing(self._output_dir)
             raise OutOfSpaceError(folder, self._arrow_bytes, free_bytes(folder), "the Arrow cache",
-                                  hint=STREAMING_HINT) from error
+                                  hint=STREAMING_HINT, failed=failure_words(cause)) from error
 
     def _info(self):
         return datasets.DatasetInfo(features=self.config.features)

@@ -14,7 +14,9 @@ one is a one-line :class:`ParameterError` naming the README, the limit and how t
                             one load match (default 50,000; checked by hf/registry.py)
 
 The same check runs for ``load_dataset`` (hf/registry.py, inside our module factories) and
-for ``mmidx card`` / ``mmidx upload`` (publishing/card.py).
+for ``mmidx card`` / ``mmidx upload`` (publishing/card.py), on the README they read and on the
+card they would write: a card within the bounds may not be rewritten past them (its YAML
+aliases written out in full, our own fields added).
 """
 
 from __future__ import annotations
@@ -114,4 +116,19 @@ def check_front_matter(text: str, where: str) -> None:
                              f"{why}") from None
 
 
-__all__ = ["LIMITS", "check_front_matter", "limit", "too_many_files"]
+def count_aliases(text: str) -> int:
+    """The YAML aliases (``*name``) in the card ``text``'s front matter: each is written out in
+    full when the front matter is parsed and dumped again."""
+    import yaml
+
+    found = _FRONT_MATTER.search(text)
+    if not found:
+        return 0
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    try:
+        return sum(isinstance(event, yaml.AliasEvent) for event in yaml.parse(found.group(2), Loader=loader))
+    except yaml.YAMLError:
+        return 0
+
+
+__all__ = ["LIMITS", "check_front_matter", "count_aliases", "limit", "too_many_files"]

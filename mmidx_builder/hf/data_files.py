@@ -30,9 +30,28 @@ def identity_paths(files) -> list[str]:
     return paths
 
 
+def named_like_a_pair_file(path: str) -> bool:
+    """Whether ``.bin`` or ``.idx`` is among the suffixes of ``path``'s name (``x.bin``, and
+    ``x.bin.gz``, which is refused by name rather than left out): datasets' own extension rule."""
+    return any(suffix in ("bin", "idx") for suffix in os.path.basename(path).split(".")[1:])
+
+
+def without_files_beside_pairs(files: list[str]) -> list[str]:
+    """A split's files without what lies beside its ``.bin``/``.idx`` pairs: the
+    ``.mmidx-info`` sidecars ``mmidx convert`` writes, a card and its histogram, tokenizer files,
+    notes. datasets' folder loads leave those out by extension; ``data_dir=`` and patterns
+    (``corpus/*``) hand them to the builder, which leaves them out here the same way. Files
+    of a split that names no pair file are returned as they are (and refused by name)."""
+    if not any(named_like_a_pair_file(f) for f in files):
+        return list(files)
+    return [f for f in files if named_like_a_pair_file(f)]
+
+
 def pair_data_files(split: str, files: list[str]) -> list[tuple[str, str]]:
     """(bin, idx) per pair, in the given order, matched on the original names. A local pair
-    missing a file is named before anything is downloaded or read."""
+    missing a file is named before anything is downloaded or read. Files beside the pairs
+    are left out (:func:`without_files_beside_pairs`)."""
+    files = without_files_beside_pairs(files)
     prefixes, seen = [], set()
     bins = {split_prefix(f) for f in files if f.endswith(".bin")}
     for f in files:

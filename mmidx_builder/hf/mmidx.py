@@ -30,6 +30,7 @@ import dataclasses
 import datasets
 
 from datasets import DownloadConfig
+from datasets.data_files import DataFilesDict, sanitize_patterns
 
 from ..errors import ParameterError
 from .card_scope import scoped_card
@@ -92,6 +93,14 @@ class MMIdx(datasets.ArrowBasedBuilder):
             card = scoped_card(card, base.data_files, base.data_dir, given, kwargs.get("base_path"), download_config)
         for name in _ALL_FIELDS:
             kwargs.pop(name, None)
+        if kwargs.get("data_files") is not None and not isinstance(kwargs["data_files"], DataFilesDict):
+            # The call's patterns (load_dataset(folder, data_files="*")): datasets resolves them in
+            # the builder's __init__, after the kind is chosen; resolved here as it would, the kind
+            # is chosen on the files themselves and datasets takes them as they are.
+            kwargs["data_files"] = DataFilesDict.from_patterns(
+                sanitize_patterns(kwargs["data_files"]), base_path=kwargs.get("base_path"),
+                download_config=DownloadConfig(token=kwargs.get("token"),
+                                               storage_options=kwargs.get("storage_options") or {}))
         data_files = kwargs.get("data_files") or (base.data_files if base is not None else None)
         files = [str(f) for split_files in (data_files.values() if isinstance(data_files, dict) else [data_files or []])
                  for f in ([split_files] if isinstance(split_files, str) else split_files)]

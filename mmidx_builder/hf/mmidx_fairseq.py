@@ -21,7 +21,7 @@ from ..fairseq.items import PairItems
 from ..sources.indexed import IndexedFile, split_prefix
 from ..errors import ParameterError
 from .base_builder import BaseBuilder, BaseConfig
-from .data_files import ranged
+from .data_files import ranged, without_files_beside_pairs
 from .plans import OpenedSplit, Plan
 
 
@@ -96,7 +96,8 @@ class MMIdxFairseq(BaseBuilder):
     def claims(cls, settings: dict, files: list[str]) -> bool:
         own = {"source_lang", "target_lang", "upsample_primary", "decode_text", "bpe", "prepend_bos",
                "truncate_source", "max_source_positions", "append_source_id"}
-        return bool(own & set(settings)) or (bool(files) and all(is_pair_file(f) for f in files))
+        pair_files = without_files_beside_pairs(files)  # a data-bin's dict.*.txt, a card
+        return bool(own & set(settings)) or (bool(pair_files) and all(is_pair_file(f) for f in pair_files))
 
     def _plan(self, split, files, dl_manager):
         config = self.config

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 
 from ..sources import provenance
 from ..sources.token_source import Concatenated
-from .data_files import pair_data_files
+from .data_files import pair_data_files, without_files_beside_pairs
 from .opened_files import indexed_files
 from .gpt_samples import GPTConfig, GPTSamplesBuilder, opened_samples
 from .plans import Plan
-from .pair_downloads import download_pairs
+from .pair_downloads import NOT_PAIRS_HINT, download_pairs
 
 
 @dataclass
@@ -39,8 +39,9 @@ class MMIdxIndexed(GPTSamplesBuilder):
     def _plan(self, split, files, dl_manager):
         # Streaming returns the URLs themselves; downloading may rename files, so both
         # files of every pair are downloaded together and re-paired by position.
+        files = without_files_beside_pairs(files)
         pairs = pair_data_files(split, files)
-        read_paths = download_pairs(dl_manager, [path for pair in pairs for path in pair])
+        read_paths = download_pairs(dl_manager, [path for pair in pairs for path in pair], hint=NOT_PAIRS_HINT)
         return Plan.of(split, files, read_paths, self._identity(files), **self._sample_settings())
 
     def _token_facts(self, plan, dl_manager):

@@ -23,6 +23,7 @@ import pyarrow as pa
 
 from ..sources import provenance
 from ..storage.files import is_remote
+from ..storage.pairs import check_partners
 from .card_checksums import verify_against_card
 from ..dtypes import common_token_dtype
 from ..errors import ParameterError
@@ -176,6 +177,9 @@ class MMIdxMegatron(GPTSamplesBuilder):
         located = [self._locate(p) for p in prefixes]
         indexes = [mosaic_index_of(p) for p in located]
         pairs = [p for p, index in zip(located, indexes) if index is None]
+        for prefix in pairs:  # named as located, streaming or not, before anything is fetched
+            if not is_remote(prefix):
+                check_partners(prefix + ".idx", prefix + ".bin")
         read = iter(download_pairs(dl_manager, [path for prefix in pairs for path in (prefix + ".bin", prefix + ".idx")]))
         files, identities = [], []
         for prefix, path, index in zip(prefixes, located, indexes):

@@ -16,9 +16,10 @@ URLs untouched; there ``IndexedFile.open`` finds a missing partner itself.
 
 from __future__ import annotations
 
-from ..errors import MissingPartnerError
+from ..errors import NO_SUCH_FILE, PAIR_HINT, MissingPartnerError
+from ..storage.files import is_remote, local_kind
 
-NOT_PAIRS_HINT = ("a .bin/.idx pair needs both files; if the .bin files here are not token files "
+NOT_PAIRS_HINT = (f"{PAIR_HINT}; if the .bin files here are not token files "
                   "(model weights are often named .bin), this is not a dataset of .bin/.idx pairs")
 
 
@@ -26,10 +27,13 @@ def _partner(path: str) -> str:
     return path[:-4] + (".bin" if path.endswith(".idx") else ".idx")
 
 
-def _exists(path: str, dl_manager) -> bool:
+def _found(path: str, dl_manager) -> str | None:
+    """None when ``path`` is a file, else what is there (a local link loop is named as one)."""
+    if not is_remote(path):
+        return local_kind(path)
     from datasets.utils.file_utils import xexists
 
-    return xexists(path, download_config=dl_manager.download_config)
+    return None if xexists(path, download_config=dl_manager.download_config) else NO_SUCH_FILE
 
 
 def download_many(dl_manager, urls: list[str]) -> list[str]:
@@ -57,10 +61,11 @@ def download_many(dl_manager, urls: list[str]) -> list[str]:
         dl_manager.download_config = config
 
 
-def download_pairs(dl_manager, paths: list[str]) -> list[str]:
+def download_pairs(dl_manager, paths: list[str], hint: str = PAIR_HINT) -> list[str]:
     """``dl_manager.download(paths)`` for a flat ``[bin, idx, bin, idx, ...]`` list, returning
     the downloaded paths in the same order; every ``.idx`` is fetched before any ``.bin``. A
-    file that is not there raises :class:`MissingPartnerError` naming it and its partner."""
+    file that is not there raises :class:`MissingPartnerError` naming it and its partner (or
+    both, worded as everywhere: MissingPartnerError.of_pair); ``hint`` is said when one is."""
     result = list(paths)
     for suffix in (".idx", ".bin"):
         positions = [i for i, path in enumerate(paths) if path.endswith(suffix)]
@@ -68,11 +73,13 @@ def download_pairs(dl_manager, paths: list[str]) -> list[str]:
         try:
             downloaded = download_many(dl_manager, wanted)
         except FileNotFoundError as error:
-            missing = [path for path in wanted if not _exists(path, dl_manager)]
-            if not missing:
-                raise
-            raise MissingPartnerError(missing[0], "file", f"the partner of {_partner(missing[0])}",
-                                      "no such file", hint=NOT_PAIRS_HINT) from error
+            for path in wanted:
+                idx_path, bin_path = (path, _partner(path)) if suffix == ".idx" else (_partner(path), path)
+                found = MissingPartnerError.of_pair(idx_path, bin_path, _found(idx_path, dl_manager),
+                                                    _found(bin_path, dl_manager), hint=hint)
+                if found is not None:
+                    raise found from error
+            raise
         for i, path in zip(positions, downloaded):
             result[i] = path
     return result

@@ -22,10 +22,9 @@ hf/registry.py lists the entries with datasets' own file systems and asks :func:
 from __future__ import annotations
 
 import os
-import stat
 from collections.abc import Iterable, Mapping
 
-from ..storage.files import is_remote
+from ..storage.files import is_remote, local_kind
 from ..errors import FormatError, MissingPartnerError
 
 PAIR_SUFFIXES = (".bin", ".idx")
@@ -34,24 +33,6 @@ PAIR_SUFFIXES = (".bin", ".idx")
 def partner_pattern(pattern: str) -> str | None:
     """The pattern that finds the ``.idx`` files of a pattern that names ``.bin`` files."""
     return pattern[:-4] + ".idx" if pattern.endswith(".bin") else None
-
-
-def local_kind(path: str) -> str | None:
-    """What a local ``path`` is when it is no regular file (nor a link to one), in words;
-    None for a regular file. A dangling link says where it points."""
-    try:
-        mode = os.stat(path).st_mode
-    except FileNotFoundError:
-        if os.path.islink(path):
-            return f"a dangling link to {os.readlink(path)}"
-        return "no such file"
-    except OSError as error:
-        return f"unreadable ({error.strerror})"
-    if stat.S_ISREG(mode):
-        return None
-    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
-             (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
-    return next((name for test, name in kinds if test(mode)), "not a regular file")
 
 
 def named_like_data(path: str, pattern: str) -> bool:

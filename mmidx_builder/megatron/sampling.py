@@ -416,8 +416,8 @@ def save_indices(indices: SamplingIndices, directory: str | os.PathLike) -> list
         try:
             _save_cached(paths, indices)
         except OutOfSpaceError as error:  # numpy says only "1200 requested and 992 written"
-            raise OutOfSpaceError(directory, error.needed, error.free, "the sampling indices (none was written)"
-                                  ) from error
+            raise OutOfSpaceError(directory, error.needed, error.free, "the sampling indices (none was written)",
+                                  failed=error.failed) from error
         except OSError as error:
             raise OSError(error.errno, f"cannot write the sampling indices into {directory}, none was written "
                                        f"({error.strerror or error})") from error

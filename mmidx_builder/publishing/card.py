@@ -467,6 +467,22 @@ def _person_metadata(data, directory: Path, settings: CardSettings, tags: list[s
     data.size_categories = [size_category(num_examples)]
 
 
+def _check_our_own_bounds(text: str, readme: Path, existing: str | None) -> None:
+    """A card this would write is one that load_dataset and ``mmidx upload`` accept: within
+    every bound of hf/card_bounds.py. The existing front matter's YAML aliases are written out
+    in full (huggingface_hub dumps the parsed values), so a card within the bounds can come
+    back past them; it is refused then, and nothing is written."""
+    from ..hf.card_bounds import check_front_matter, count_aliases
+
+    try:
+        check_front_matter(text, f"{readme} as mmidx card would rewrite it")
+    except ParameterError as error:
+        aliases = count_aliases(existing) if existing else 0
+        why = (f"; its front matter's {aliases:,} YAML alias(es) (*name) are written out in full when it is "
+               "rewritten: write the repeated values once, or shorten them" if aliases else "")
+        raise ParameterError(f"{error}; nothing was written{why}") from None
+
+
 def render_card(directory: str | os.PathLike, settings: CardSettings | None = None) -> RenderedCard:
     """The card text and histogram for ``directory``, merged with its existing README.md
     (hand-written text and metadata a person set are kept). Writes nothing."""
@@ -485,7 +501,8 @@ def render_card(directory: str | os.PathLike, settings: CardSettings | None = No
     data = existing_data if existing else DatasetCardData()
     _check_fields_we_read(data, readme)
     if holds_mosaic_streams(directory):
-        return _render_mosaic(directory, settings.merged_with(previous, defaults=False), data, hand_written, readme)
+        return _render_mosaic(directory, settings.merged_with(previous, defaults=False), data, hand_written, readme,
+                              existing)
     settings = settings.merged_with(previous)
     for name in ("token_column", "dtype"):
         if getattr(settings, name) is not None:
@@ -549,6 +566,7 @@ def render_card(directory: str | os.PathLike, settings: CardSettings | None = No
         settings_json=json.dumps(settings.to_json(), sort_keys=True),
     )
     text = f"---\n{data.to_yaml()}\n---\n\n{body}\n{HAND_WRITTEN_MARKER}{hand_written}"
+    _check_our_own_bounds(text, readme, existing)
     DatasetCard(text)  # refuses metadata huggingface_hub cannot read back
     return RenderedCard(text=text, histogram_png=histogram_png(counts), splits=splits, settings=settings)
 
@@ -688,14 +706,15 @@ def _mosaic_config(splits: list[MosaicSplitFacts], settings: CardSettings, every
     return {"data_files": data_files, **_mosaic_builder_kwargs(settings)}
 
 
-def _render_mosaic(directory: Path, settings: CardSettings, data, hand_written: str, readme: Path) -> RenderedCard:
+def _render_mosaic(directory: Path, settings: CardSettings, data, hand_written: str, readme: Path,
+                   existing: str | None = None) -> RenderedCard:
     """The card of a folder of MosaicML shards (see the module docstring)."""
     from datasets import DatasetInfo, SplitDict, SplitInfo
     from datasets.info import DatasetInfosDict
     from datasets.utils.metadata import MetadataConfigs
     from huggingface_hub import DatasetCard
 
-    from ..hf.card_bounds import check_front_matter, limit
+    from ..hf.card_bounds import limit
 
     splits = collect_mosaic(directory, _reading(settings))
     features = [s.features for s in splits]
@@ -770,7 +789,7 @@ def _render_mosaic(directory: Path, settings: CardSettings, data, hand_written: 
         **{k: v for k, v in histogram.items() if k != "counts"},
     )
     text = f"---\n{front}\n---\n\n{body}\n{HAND_WRITTEN_MARKER}{hand_written}"
-    check_front_matter(text, str(readme))  # never a card that load_dataset's own bounds refuse
+    _check_our_own_bounds(text, readme, existing)
     DatasetCard(text)  # refuses metadata huggingface_hub cannot read back
     return RenderedCard(text=text, histogram_png=histogram_png(histogram["counts"]), splits=splits,
                         settings=settings)

@@ -123,11 +123,15 @@ def parse_header(head: bytes, file_size: int, path) -> Header:
             flavour, multimodal = Flavour.MEGATRON, file_size != megatron_size
         else:
             expected = f"{fairseq_size} bytes (fairseq flavour, N={count})"
+            hint = ("the sequence/document counts in the header do not match the file size; the file is "
+                    "truncated or the counts are damaged")
             if documents is not None:
                 expected += f" or {megatron_size} bytes (Megatron flavour, N={count}, D={documents})"
-            raise FormatError(path, "file size", expected, f"{file_size} bytes",
-                              hint="the sequence/document counts in the header do not match "
-                                   "the file size; the file is truncated or the counts are damaged")
+            else:  # the file ends before a Megatron header's document count: no Megatron size to offer
+                expected += f" or at least {MEGATRON_HEADER_SIZE} bytes (Megatron flavour, whose header ends there)"
+                hint = (f"a Megatron .idx cut at {file_size} bytes, inside its {MEGATRON_HEADER_SIZE}-byte header, "
+                        "or a fairseq .idx whose size does not match its count: the file is truncated")
+            raise FormatError(path, "file size", expected, f"{file_size} bytes", hint=hint)
 
     table = DTYPE_TABLES[flavour]
     if code not in table:

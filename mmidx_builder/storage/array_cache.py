@@ -52,7 +52,7 @@ import numpy as np
 import xxhash
 
 from ..errors import OutOfSpaceError
-from .files import free_bytes, out_of_room, remove_quietly, remove_stale_temporaries, write_atomically
+from .files import failure_words, free_bytes, out_of_room, remove_quietly, remove_stale_temporaries, write_atomically
 
 DIGEST_KEY = "xxh3_128"
 # A file changed this recently may share its timestamps with a write still to come.
@@ -148,10 +148,12 @@ def save_arrays(meta_path: str, array_paths: dict[str, str], arrays: dict[str, n
     except OSError as error:
         for path in written:
             remove_quietly(path)
-        if out_of_room(error) is None:
+        cause = out_of_room(error)
+        if cause is None:
             raise
         needed = sum(np.asarray(a).nbytes + 128 for a in arrays.values()) + 4096  # .npy headers, the meta file
-        raise OutOfSpaceError(folder, needed, free_bytes(folder), "the index cache") from error
+        raise OutOfSpaceError(folder, needed, free_bytes(folder), "the index cache",
+                              failed=failure_words(cause)) from error
     mapped = {}
     for path, names in _by_path(array_paths).items():
         whole = map_npy(path)

@@ -20,7 +20,7 @@ import stat
 import uuid
 from typing import Callable, Iterator
 
-from ..errors import ConcurrentWriteError
+from ..errors import NO_SUCH_FILE, ConcurrentWriteError
 
 TEMPORARY_MARK = ".tmp-"
 
@@ -134,14 +134,28 @@ def out_of_room(error: BaseException | None) -> OSError | None:
     return None
 
 
-def free_bytes(path: str | os.PathLike) -> int | None:
-    """The bytes free to this user in the file system of ``path`` (or of its nearest existing
-    parent folder); None where that cannot be asked."""
+def nearest_existing(path: str | os.PathLike) -> str:
+    """``path`` (absolute) if it exists, else its nearest parent folder that does: where a
+    write that failed and was cleaned up can still be named."""
     folder = os.path.abspath(os.fspath(path))
     while not os.path.exists(folder) and os.path.dirname(folder) != folder:
         folder = os.path.dirname(folder)
+    return folder
+
+
+def failure_words(error: OSError) -> str:
+    """The system's words for a failed write; numpy's short write (no errno: the system's words
+    are lost) is said as one, with its counts."""
+    if error.strerror:
+        return error.strerror
+    return f"a short write, {error}" if _SHORT_WRITE.fullmatch(str(error)) else str(error)
+
+
+def free_bytes(path: str | os.PathLike) -> int | None:
+    """The bytes free to this user in the file system of ``path`` (or of its nearest existing
+    parent folder); None where that cannot be asked."""
     try:
-        return shutil.disk_usage(folder).free
+        return shutil.disk_usage(nearest_existing(path)).free
     except OSError:
         return None
 
@@ -257,6 +271,23 @@ def read_small_file(path: str | os.PathLike, limit: int, opener: Callable | None
     return data
 
 
+def local_kind(path: str | os.PathLike) -> str | None:
+    """What a local ``path`` is when it is no regular file (nor a link to one), in words; None
+    for a regular file. A dangling link says where it points; a loop of links is named as one
+    (the system's ELOOP, which os.path.exists reports as nothing there)."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        if os.path.islink(path):
+            return f"a dangling link to {os.readlink(path)}"
+        return NO_SUCH_FILE
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            return "a loop of symbolic links"
+        return f"unreadable ({error.strerror})"
+    return None if stat.S_ISREG(mode) else _file_kind(mode)
+
+
 def not_a_regular_file(path: str | os.PathLike) -> str | None:
     """What a local ``path`` is when it exists but is no regular file ("a FIFO (named pipe)",
     "a directory"...), else None (a regular file, a link to one, or nothing there)."""
@@ -328,6 +359,6 @@ def replaced_error(path: str, expected: str, found: str):
                             "open the dataset again to read the new data")
 
 
-__all__ = ["WriterLock", "atomic_output", "file_identity", "free_bytes", "is_remote", "not_a_regular_file", "out_of_room",
+__all__ = ["WriterLock", "atomic_output", "file_identity", "free_bytes", "failure_words", "is_remote", "local_kind", "nearest_existing", "not_a_regular_file", "out_of_room",
            "open_regular", "read_small_file", "remove_quietly", "remove_stale_temporaries", "replaced_error",
            "stat_identity", "temporary_path", "temporary_stem", "write_atomically"]

@@ -13,9 +13,9 @@ from typing import Callable
 
 import numpy as np
 
-from ..errors import MissingPartnerError
+from ..errors import NO_SUCH_FILE, MissingPartnerError
 from .bin_readers import BinReader, FileBinReader, IndexInMemory, MemmapBinReader
-from .files import not_a_regular_file
+from .files import local_kind, not_a_regular_file
 from .mapped import MappedFile
 from .remote import RemoteBinReader, remote_access_for
 
@@ -82,27 +82,25 @@ def _open_idx(path: str, opener, expected_identity: str | None = None):
         return IndexInMemory(f.read(), path)
 
 
-def _exists(path: str, opener) -> bool:
+def _found(path: str, opener) -> str | None:
+    """What is at ``path``: None for a file, else what is there instead (storage.files.local_kind)."""
     if opener is None:
-        return os.path.isfile(path)
+        return local_kind(path)
     try:
         with opener(path, "rb"):
-            return True
+            return None
     except (FileNotFoundError, OSError):
-        return False
+        return NO_SUCH_FILE
 
 
 def check_partners(idx_path: str, bin_path: str, opener=None) -> None:
-    """Both files of a pair exist (through ``opener`` when given), else a MissingPartnerError
-    naming the one that is missing; a local one that is a FIFO or a directory is named as such."""
+    """Both files of a pair are there (through ``opener`` when given), else a
+    MissingPartnerError naming what is missing (one file, or both) or what stands in a
+    file's place (a FIFO, a directory, a dangling link, a loop of links)."""
     for path in (idx_path, bin_path) if opener is None else ():
         kind = not_a_regular_file(path)
-        if kind:  # no usable partner there (a MissingPartnerError, as before), but said as it is
+        if kind:  # something is there, but no file to read: said as it is
             raise MissingPartnerError(path, "file", "a regular file (one of a .bin/.idx pair)", kind)
-    idx_there, bin_there = _exists(idx_path, opener), _exists(bin_path, opener)
-    if not idx_there and not bin_there:
-        raise MissingPartnerError(os.path.splitext(idx_path)[0], "files", f"{idx_path} and {bin_path}", "neither exists")
-    for present, missing, there in ((idx_path, bin_path, bin_there), (bin_path, idx_path, idx_there)):
-        if not there:
-            raise MissingPartnerError(missing, "file", "the partner of " + present, "no such file",
-                                      hint="a .bin/.idx pair needs both files")
+    error = MissingPartnerError.of_pair(idx_path, bin_path, _found(idx_path, opener), _found(bin_path, opener))
+    if error is not None:
+        raise error

@@ -13,7 +13,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from ...errors import MissingPartnerError, RemoteReadError
+from ...errors import NO_SUCH_FILE, MissingPartnerError, RemoteReadError
 from ..files import is_remote
 from .answers import status_of
 from .answers import classify
@@ -268,12 +268,10 @@ class RemoteAccess:
         urls = [url for pair in pairs for url in pair]
         found = dict(zip(urls, self.stat_many(urls, missing_ok=True)))
         for idx_url, bin_url in pairs:
-            if found[idx_url] is None and found[bin_url] is None:
-                raise MissingPartnerError(idx_url[:-4], "files", f"{idx_url} and {bin_url}", "neither exists")
-            for present, missing in ((idx_url, bin_url), (bin_url, idx_url)):
-                if found[missing] is None:
-                    raise MissingPartnerError(missing, "file", "the partner of " + present, "no such file",
-                                              hint="a .bin/.idx pair needs both files")
+            error = MissingPartnerError.of_pair(idx_url, bin_url, *(None if found[url] is not None else NO_SUCH_FILE
+                                                                    for url in (idx_url, bin_url)))
+            if error is not None:
+                raise error
         indices = [found[idx_url] for idx_url, _ in pairs]
         # index_files' bound read at the call (settable, as index_bytes reads it).
         small = [i for i, idx in enumerate(indices) if 0 < idx.size <= index_files.IN_MEMORY_BYTES]
