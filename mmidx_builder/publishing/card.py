@@ -44,6 +44,7 @@ from ..errors import ParameterError
 from ..sources.indexed import IndexedFile, split_prefix
 from ..sources.token_source import Concatenated
 from ..sources.stats import describe
+from .folder_splits import folder_splits
 from .mosaic_facts import MosaicSplitFacts, Reading, collect_mosaic, holds_mosaic_streams
 
 README_NAME = "README.md"
@@ -156,51 +157,22 @@ def sha256_of(path: str | os.PathLike) -> str:
 def find_splits(directory: str | os.PathLike) -> dict[str, list[str]]:
     """The ``.bin`` files of each split, inferred from names the way ``datasets`` does for a
     folder (train/validation/test patterns; otherwise everything is "train")."""
-    from datasets.data_files import DataFilesList, get_data_patterns
-    from datasets.exceptions import DataFilesNotFoundError
-
     from ..hf.pair_listing import PAIR_SUFFIXES, one_error
-    from ..hf.registry import accounting
 
     base = os.path.abspath(directory)
-    splits = {}
-    with accounting() as left_out:  # a pair whose .bin is gone is named, not skipped (hf/pair_listing.py)
-        try:
-            patterns = get_data_patterns(base)
-        except (DataFilesNotFoundError, FileNotFoundError):
-            patterns = {}
-        for split, split_patterns in patterns.items():
-            try:
-                files = DataFilesList.from_patterns(split_patterns, base_path=base, allowed_extensions=[".bin"])
-            except FileNotFoundError:
-                continue  # this split's files are not .bin files (e.g. a test.jsonl beside the data)
-            # datasets' extension filter also passes "x.bin.tmp-123" (it checks every suffix).
-            names = sorted(Path(f).relative_to(base).as_posix() for f in files if str(f).endswith(".bin"))
-            if names:
-                splits[str(split)] = names
-    missing = one_error(e for e in left_out if e.path.endswith(PAIR_SUFFIXES))
-    if missing is not None:
-        raise missing
+    # datasets' extension filter also passes "x.bin.tmp-123" (it checks every suffix).
+    splits, left, dropped = folder_splits(base, lambda path: path.endswith(".bin"), [".bin"])
+    broken = one_error(e for e in dropped if e.path.endswith(PAIR_SUFFIXES))  # a pair whose .bin is gone
+    if broken is not None:
+        raise broken
     if not splits:
         raise ParameterError(f"{base}: no .bin files found; a card describes a folder of .bin/.idx pairs")
-    _refuse_files_in_no_split(base, splits)
-    return splits
-
-
-def _refuse_files_in_no_split(base: str, splits: dict[str, list[str]]) -> None:
-    """datasets infers splits from names (``valid/``, ``test.bin``...) and then skips a .bin that
-    matches none (a root ``train.bin`` beside a ``valid/`` folder): a card must not skip it silently."""
-    from datasets.data_files import DataFilesList
-
-    every = DataFilesList.from_patterns(["**"], base_path=base, allowed_extensions=[".bin"])
-    listed = {name for names in splits.values() for name in names}
-    left = sorted(name for name in (Path(f).relative_to(base).as_posix() for f in every if str(f).endswith(".bin"))
-                  if name not in listed)
     if left:
         raise ParameterError(f"{base}: {len(left)} .bin file(s) fall in no split ({', '.join(left[:5])}"
                              f"{', ...' if len(left) > 5 else ''}): the split names datasets infers from the folder "
                              f"({', '.join(splits)}) do not match them, so load_dataset would skip them. Name every "
                              "pair by its split (train*, validation*, test*, or folders train/, valid/, test/)")
+    return splits
 
 
 def collect(directory: str | os.PathLike, settings: CardSettings) -> list[SplitFacts]:

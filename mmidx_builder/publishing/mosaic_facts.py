@@ -35,6 +35,7 @@ from ..mosaic.shards import ShardFiles
 from ..mosaic.stats import describe_stream
 from ..mosaic.tokens import TokenColumn
 from ..storage.files import open_regular, read_small_file
+from .folder_splits import folder_splits
 
 # The data files of our builders among what datasets lists (load.py filters a folder's files
 # so: the module's extensions, then its metadata file names).
@@ -123,35 +124,15 @@ def holds_mosaic_streams(directory: str | os.PathLike) -> bool:
 def find_mosaic_splits(directory: str | os.PathLike) -> dict[str, list[str]]:
     """``{split: [data files relative to the folder]}``: the index and shard files of each
     split, found as ``load_dataset(FOLDER)`` finds them (datasets' split patterns). A shard or
-    index that no split pattern names is refused: the loader would leave it out silently."""
-    from datasets.data_files import DataFilesList, get_data_patterns
-    from datasets.exceptions import DataFilesNotFoundError
-
+    index that no split pattern names is refused: the loader would leave it out silently; so is
+    a shard that is a dangling link or a FIFO."""
     from ..hf.pair_listing import one_error
-    from ..hf.registry import accounting
 
     base = os.path.abspath(directory)
-    splits = {}
-    with accounting() as left_out:  # a shard that is a dangling link or a FIFO is named, not skipped
-        try:
-            patterns = get_data_patterns(base)
-        except (DataFilesNotFoundError, FileNotFoundError):
-            patterns = {}
-        for split, split_patterns in patterns.items():
-            try:
-                files = DataFilesList.from_patterns(split_patterns, base_path=base)
-            except FileNotFoundError:
-                continue
-            names = sorted(Path(f).relative_to(base).as_posix() for f in files if _data_file(str(f)))
-            if names:
-                splits[str(split)] = names
-    broken = one_error(e for e in left_out if _data_file(e.path))
+    splits, left, dropped = folder_splits(base, _data_file)
+    broken = one_error(e for e in dropped if _data_file(e.path))
     if broken is not None:
         raise broken
-    listed = {name for names in splits.values() for name in names}
-    every = DataFilesList.from_patterns(["**"], base_path=base)
-    left = sorted(name for name in (Path(f).relative_to(base).as_posix() for f in every if _data_file(str(f)))
-                  if name not in listed)
     if left:
         raise ParameterError(f"{base}: {len(left)} MosaicML file(s) fall in no split ({', '.join(left[:5])}"
                              f"{', ...' if len(left) > 5 else ''}): the split names datasets infers from the folder "
