@@ -1,6 +1,6 @@
 """MosaicML shards: our streams against MosaicML's own readers over the same shards, in one run.
 
-    .venv/bin/python benchmarks/bench_mosaic.py [--token-samples 10000] [--mixed-samples 20000] [--repeats 3]
+    .venv/bin/python benchmarks/bench_mosaic.py [--token-samples 10000] [--mixed-samples 10000] [--repeats 3]
                                                 [--latency-ms 25] [--remote-repeats 1] [--no-remote]
                                                 [--workdir /tmp/mmidx-bench-mosaic]
 
@@ -523,7 +523,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--token-samples", type=int, default=10000,
                         help="samples of 2,048 int32 ids (default 10,000: 82 MB, a 64 MiB shard and a partial one)")
-    parser.add_argument("--mixed-samples", type=int, default=20000, help="samples of the mixed-columns dataset")
+    parser.add_argument("--mixed-samples", type=int, default=10000, help="samples of the mixed-columns dataset")
     parser.add_argument("--repeats", type=int, default=3, help="passes of each local row (the fastest kept)")
     parser.add_argument("--latency-ms", type=float, default=25, help="added to every remote request")
     parser.add_argument("--remote-repeats", type=int, default=1, help="fresh processes per remote row (fastest kept)")
