@@ -35,6 +35,9 @@ find_python() {  # find_python 3.10 -> the path of a python3.10 that runs, or no
 
 # The test files that exercise datasets' internals and the interpreter: registration and its
 # hooks, the builders, every documented block, the remote reader.
+# On every core, a test file's tests on one worker (as scripts/test.sh runs the main suite).
+WORKERS=(-n "${MMIDX_TEST_WORKERS:-auto}" --dist loadfile)
+
 SUITES=(tests/test_registry.py tests/test_kind_settings.py tests/test_pair_paths.py tests/test_builder.py
         tests/test_docs.py tests/test_remote.py)
 
@@ -49,7 +52,7 @@ run_edge() {  # run_edge NAME PYTHON_VERSION DATASETS_REQUIREMENT
     [ -x "$venv/bin/python" ] || "${uv[@]}" venv -p "$python" "$venv"
     "${uv[@]}" pip install -p "$venv/bin/python" --upgrade -e ".[test,remote,tokenizers]" "$datasets"
     echo "== $name: $("$venv/bin/python" -c 'import sys, datasets; print(f"Python {sys.version.split()[0]}, datasets {datasets.__version__}")')"
-    "$venv/bin/python" -m pytest -q -p no:cacheprovider "${SUITES[@]}"
+    "$venv/bin/python" -m pytest -q -p no:cacheprovider "${WORKERS[@]}" "${SUITES[@]}"
 }
 
 run_edge oldest 3.10 "datasets==4.5.0"
@@ -59,6 +62,6 @@ run_edge newest 3.13 "datasets"
 venv=$root/no-extras
 python=$(find_python 3.11)
 [ -x "$venv/bin/python" ] || "${uv[@]}" venv -p "${python:-python3}" "$venv"
-"${uv[@]}" pip install -p "$venv/bin/python" -e . pytest hypothesis
+"${uv[@]}" pip install -p "$venv/bin/python" -e . pytest pytest-xdist hypothesis
 echo "== no extras: the core suite, oracle and slow tests deselected (tests of extras skip, with the reason)"
-"$venv/bin/python" -m pytest -q -p no:cacheprovider -m "not oracle and not slow"
+"$venv/bin/python" -m pytest -q -p no:cacheprovider "${WORKERS[@]}" -m "not oracle and not slow"
