@@ -4,7 +4,8 @@
 #   Python 3.10 with the oldest supported datasets (4.5.0, hf/registry.py's OLDEST_DATASETS),
 #   Python 3.13 with the newest datasets release;
 # (Python 3.11 with the newest datasets is the main suite's, scripts/test.sh) and
-#   the core suite with no extra installed (Python 3.11): a test of an extra skips, saying which.
+#   with no extra installed (Python 3.11): the tests of the code that reaches an optional package
+#   (a test of an extra skips, saying which) and the core's loading.
 # Torch has no CPU wheel here for 3.10 and 3.13 (its tests skip there; CI's main suite runs them).
 # Interpreters come from PATH (python3.10, python3.13) or pyenv; a missing one is skipped with a
 # note. The environments are made with uv (from PyPI), which installs in seconds where pip takes
@@ -35,8 +36,10 @@ find_python() {  # find_python 3.10 -> the path of a python3.10 that runs, or no
 
 # The test files that exercise datasets' internals and the interpreter: registration and its
 # hooks, the builders, every documented block, the remote reader.
-# On every core, a test file's tests on one worker (as scripts/test.sh runs the main suite).
-WORKERS=(-n "${MMIDX_TEST_WORKERS:-auto}" --dist loadfile)
+# On every core.
+# Tests dealt one by one (their module fixtures are cheap: files and loopback servers), so a
+# long file (test_remote.py, test_docs.py) does not leave a core idle.
+WORKERS=(-n "${MMIDX_TEST_WORKERS:-auto}" --dist load)
 
 SUITES=(tests/test_registry.py tests/test_kind_settings.py tests/test_pair_paths.py tests/test_builder.py
         tests/test_docs.py tests/test_remote.py)
@@ -58,10 +61,20 @@ run_edge() {  # run_edge NAME PYTHON_VERSION DATASETS_REQUIREMENT
 run_edge oldest 3.10 "datasets==4.5.0"
 run_edge newest 3.13 "datasets"
 
-# No extra: only the package's own dependencies, plus the test runner.
+# No extra: only the package's own dependencies, plus the test runner. What it checks is what
+# changes without an extra: the package imports and loads without any, and the code that takes
+# an optional package (tokenizers, remote clients, codecs, torch...) says what to install or
+# takes its other path, while the tests of an extra skip saying which. So it runs the test files
+# that name an optional package (their code reaches one), and the core's import, registration
+# and loading tests; a file that names none runs the very same code with or without extras,
+# and runs once, in the main suite (scripts/test.sh).
+OPTIONAL='importorskip|requires:|require_remote_extra|tokenizers|sentencepiece|transformers|tiktoken|nltk|aiohttp|pycurl|uvloop|s3fs|moto|trustme|torch|accelerate|zstandard|zstd|brotli|snappy|PIL|cramjam'
+CORE=(tests/test_layers.py tests/test_registry.py tests/test_kind_settings.py tests/test_pair_paths.py
+      tests/test_builder.py tests/test_cli_inspect.py tests/test_cli_samples.py tests/test_missing_shards.py)
+mapfile -t NO_EXTRAS < <({ grep -lE "$OPTIONAL" tests/test_*.py; printf '%s\n' "${CORE[@]}"; } | sort -u)
 venv=$root/no-extras
 python=$(find_python 3.11)
 [ -x "$venv/bin/python" ] || "${uv[@]}" venv -p "${python:-python3}" "$venv"
 "${uv[@]}" pip install -p "$venv/bin/python" -e . pytest pytest-xdist hypothesis
-echo "== no extras: the core suite, oracle and slow tests deselected (tests of extras skip, with the reason)"
-"$venv/bin/python" -m pytest -q -p no:cacheprovider "${WORKERS[@]}" -m "not oracle and not slow"
+echo "== no extras: ${#NO_EXTRAS[@]} test files (those that reach an optional package, and the core's loading), oracle and slow tests deselected"
+"$venv/bin/python" -m pytest -q -p no:cacheprovider "${WORKERS[@]}" -m "not oracle and not slow" "${NO_EXTRAS[@]}"
