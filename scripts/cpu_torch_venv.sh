@@ -14,3 +14,4 @@ if ! "${pip[@]}" download --no-index --no-deps -d "$work" "torch==$torch_version
     exit 0
 fi
 torch_wheel=$(ls "$work"/torch-"$torch_version"*.whl)
+source "$(dirname "${BASH_SOURCE[0]}")/uv.sh"

@@ -7,7 +7,7 @@
 #   - only a CPU torch 2.13.0 wheel already in pip's local wheel folder is accepted (a
 #     plain `pip install torch` would pull gigabytes of CUDA); without it, a note and exit 0
 #     (the fairseq tests then skip, or fail under MMIDX_REQUIRE_ORACLE=1);
-#   - fairseq compiles C++/Cython extensions against torch (minutes): the built wheel is
+#   - fairseq compiles C++/Cython extensions against torch (a minute or two): the built wheel is
 #     kept in this script's own cache folder, keyed by Python and torch version, so a
 #     second run on the same machine only installs.
 # Idempotent: a venv that already imports this fairseq and its Cython helpers is left alone.
@@ -30,21 +30,35 @@ fi
 
 what="the fairseq oracle"
 source "$(dirname "$0")/cpu_torch_venv.sh"
-"${pip[@]}" install "$torch_wheel" cython numpy setuptools wheel
+"${uv_pip[@]}" -p "$py" "$torch_wheel" cython numpy setuptools wheel
 
 tag=$("$py" -c "import sys; print(f'cp{sys.version_info.major}{sys.version_info.minor}')")
 wheels="$cache/fairseq-$version-$tag-torch$torch_version"
 if ! ls "$wheels"/fairseq_fixed-"$version"-*.whl >/dev/null 2>&1; then
-    # Built against the torch just installed, hence no build isolation.
-    "${pip[@]}" wheel --no-deps --no-build-isolation --no-binary fairseq-fixed \
-        -w "$work/built" "fairseq-fixed==$version"
+    # Built from its sdist against the torch just installed, hence no build isolation, with
+    # the extensions the oracle imports: fairseq.data's two Cython helpers (batch_by_size,
+    # token blocks) and libbleu. setup.py's three torch C++ extensions (libbase, libnat,
+    # alignment_train: imported lazily, by models and scorers the tests never touch) took ~4 of
+    # the build's ~6 minutes on 2 cores; they are cut from the unpacked setup.py.
+    "${pip[@]}" download --no-deps --no-binary :all: --no-build-isolation -d "$work/sdist" "fairseq-fixed==$version"
+    tar -xzf "$work"/sdist/fairseq_fixed-"$version".tar.gz -C "$work"
+    "$py" - "$work/fairseq_fixed-$version/setup.py" <<'PY'
+import re, sys
+path = sys.argv[1]
+text = open(path).read()
+torch_block = re.compile(r"\nextensions\.extend\(\n    \[\n        cpp_extension\.CppExtension\(.*?\n\)\n", re.S)
+cut, found = torch_block.subn("\n", text, count=1)
+assert found == 1, f"{path}: the block of torch C++ extensions was not found where 0.12.3.1 has it"
+open(path, "w").write(cut)
+PY
+    "${pip[@]}" wheel --no-deps --no-build-isolation -w "$work/built" "$work/fairseq_fixed-$version"
     mkdir -p "$wheels"
     for built in "$work"/built/fairseq_fixed-*.whl; do
         cp "$built" "$wheels/.$(basename "$built").tmp-$$"
         mv "$wheels/.$(basename "$built").tmp-$$" "$wheels/$(basename "$built")"  # atomic
     done
 fi
-"${pip[@]}" install "$wheels"/fairseq_fixed-"$version"-*.whl "torch==$torch_version"
+"${uv_pip[@]}" -p "$py" "$wheels"/fairseq_fixed-"$version"-*.whl "$torch_wheel"
 
 "$py" - <<'PY'
 import logging; logging.disable(logging.WARNING)  # fairseq's import logs optional extras

@@ -27,8 +27,8 @@ fi
 
 what="megatron-core $version"
 source "$(dirname "$0")/cpu_torch_venv.sh"
-"${pip[@]}" install "$torch_wheel" numpy packaging typing_extensions six regex pyyaml pydantic
-"${pip[@]}" install --no-deps "megatron-core==$version" triton==3.9.0
+"${uv_pip[@]}" -p "$py" "$torch_wheel" numpy packaging typing_extensions six regex pyyaml pydantic
+"${uv_pip[@]}" -p "$py" --no-deps "megatron-core==$version" triton==3.9.0
 
 "$py" - <<'PY'
 import warnings; warnings.simplefilter('ignore')

@@ -26,7 +26,6 @@ set -euo pipefail
 venv=$(realpath "${1:-.venv}")
 cd "$(dirname "$0")/.."
 py="$venv/bin/python"
-pip="$venv/bin/pip"
 
 if ! "$py" -c "import torch" 2>/dev/null; then
     echo "note: torch is not installed; the MosaicML oracle is skipped (its tests skip)" >&2
@@ -37,8 +36,9 @@ import importlib.metadata as m, importlib.util as u, sys
 ok = m.version("mosaicml-streaming") == "0.13.0" and m.version("mosaicml") == "0.9.0"
 sys.exit(not ok or any(u.find_spec(n) is None for n in ["brotli", "snappy", "zstd", "xxhash", "catalogue", "PIL", "tqdm", "filelock", "transformers"]))'
 if ! "$py" -c "$probe" 2>/dev/null; then
-    "$pip" install --quiet --no-warn-conflicts --no-deps mosaicml-streaming==0.13.0 mosaicml==0.9.0
-    "$pip" install --quiet --no-warn-conflicts "Brotli>=1.0.9" "python-snappy>=0.6.1,<1" "zstd>=1.5.2.5,<2" "catalogue>=2,<3" \
+    source scripts/uv.sh
+    "${uv_pip[@]}" -p "$py" --no-deps mosaicml-streaming==0.13.0 mosaicml==0.9.0
+    "${uv_pip[@]}" -p "$py" "Brotli>=1.0.9" "python-snappy>=0.6.1,<1" "zstd>=1.5.2.5,<2" "catalogue>=2,<3" \
         xxhash Pillow tqdm filelock transformers
 fi
 PYTHONPATH=tests "$py" - <<'PY'

@@ -24,12 +24,14 @@ if ! "$pip" download --quiet --no-index --no-deps -d "$work" torch==2.13.0 2>/de
     echo "note: no local CPU torch wheel; tests marked 'megatron' will be skipped" >&2
     exit 0
 fi
-"$pip" install --quiet "$work"/torch-2.13.0*.whl numpy packaging pybind11 wheel
-"$pip" install --quiet --no-deps triton==3.9.0
+source "$(dirname "$0")/uv.sh"
+"${uv_pip[@]}" -p "$py" "$work"/torch-2.13.0*.whl numpy packaging pybind11 wheel
+"${uv_pip[@]}" -p "$py" --no-deps triton==3.9.0
 "$pip" download --quiet --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --abi cp312 --platform manylinux_2_28_x86_64 "megatron-core==$version" -d "$work/w"
 tag=$("$py" -c "import sys; print(f'cp{sys.version_info.major}{sys.version_info.minor}')")
 "$py" -m wheel tags --python-tag "$tag" --abi-tag "$tag" --remove "$work"/w/megatron_core-*.whl >/dev/null
+# pip: uv has no --ignore-requires-python (the wheel says Python >= 3.12; it runs on 3.10+)
 "$pip" install --quiet --no-deps --ignore-requires-python "$work"/w/megatron_core-*"$tag"*.whl
 datasets_dir=$("$py" -c "import os, megatron.core.datasets as d; print(os.path.dirname(d.__file__))")
 suffix=$("$py" -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")

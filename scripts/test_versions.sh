@@ -12,16 +12,16 @@
 # minutes. Run by .ci/run after the main suite; by hand: bash scripts/test_versions.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Where PYTHONDONTWRITEBYTECODE is set (this machine sets it), no .pyc would ever be written
+# for what uv installed (scripts/uv.sh), and every test process would compile torch's and
+# megatron-core's sources again on import (~20 s each): here they are written once.
+unset PYTHONDONTWRITEBYTECODE
 root=.cache/versions
 mkdir -p "$root"
 # Not MMIDX_REQUIRE_ORACLE: these environments lack torch and the oracles by design.
 unset MMIDX_REQUIRE_ORACLE
 
-if [ ! -x "$root/uv/bin/uv" ]; then
-    python3 -m venv "$root/uv"
-    "$root/uv/bin/python" -m pip install --quiet --disable-pip-version-check uv
-fi
-uv=("$root/uv/bin/uv" --quiet)
+source scripts/uv.sh
 
 find_python() {  # find_python 3.10 -> the path of a python3.10 that runs, or nothing
     local candidate  # (a pyenv shim on PATH may name a version it will not run)
@@ -53,7 +53,7 @@ run_edge() {  # run_edge NAME PYTHON_VERSION DATASETS_REQUIREMENT
     fi
     venv=$root/$name
     [ -x "$venv/bin/python" ] || "${uv[@]}" venv -p "$python" "$venv"
-    "${uv[@]}" pip install -p "$venv/bin/python" --upgrade -e ".[test,remote,tokenizers]" "$datasets"
+    "${uv_pip[@]}" -p "$venv/bin/python" --upgrade -e ".[test,remote,tokenizers]" "$datasets"
     echo "== $name: $("$venv/bin/python" -c 'import sys, datasets; print(f"Python {sys.version.split()[0]}, datasets {datasets.__version__}")')"
     "$venv/bin/python" -m pytest -q -p no:cacheprovider "${WORKERS[@]}" "${SUITES[@]}"
 }
@@ -75,6 +75,6 @@ mapfile -t NO_EXTRAS < <({ grep -lE "$OPTIONAL" tests/test_*.py; printf '%s\n' "
 venv=$root/no-extras
 python=$(find_python 3.11)
 [ -x "$venv/bin/python" ] || "${uv[@]}" venv -p "${python:-python3}" "$venv"
-"${uv[@]}" pip install -p "$venv/bin/python" -e . pytest pytest-xdist hypothesis
+"${uv_pip[@]}" -p "$venv/bin/python" -e . pytest pytest-xdist hypothesis
 echo "== no extras: ${#NO_EXTRAS[@]} test files (those that reach an optional package, and the core's loading), oracle and slow tests deselected"
 "$venv/bin/python" -m pytest -q -p no:cacheprovider "${WORKERS[@]}" -m "not oracle and not slow" "${NO_EXTRAS[@]}"
