@@ -321,3 +321,187 @@ def test_every_worker_of_random_configurations_reads_what_streaming_dataset_yiel
     assert counts["compared"] >= WORLDS_PER_CONFIG * CONFIGS * 0.6, counts
     assert {c[0] for c in covered} == {False, *ALGOS} and {c[1] for c in covered} == set(BATCHINGS), covered
     assert counts["resumed_elsewhere"] >= 40, counts
+
+
+# --- the real iteration ------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def environment(**names):
+    saved = {name: os.environ.get(name) for name in names}
+    os.environ.update({name: str(value) for name, value in names.items()})
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def iterate_as_rank(dataset, num_nodes: int, rank: int) -> list[int]:
+    """The ids ``iter(dataset)`` yields (samples' ``id`` column) as rank ``rank`` of ``num_nodes``
+    nodes of one rank each, without DataLoader workers. The dataset was made as one process (a
+    world of several would start torch.distributed and wait for the others); its world becomes
+    the one ``World.detect()`` reads from that rank's environment. With one rank per node every
+    rank leads its node, as the one process did, so nothing made with the one-process world
+    differs."""
+    from streaming.base.world import World
+
+    with environment(RANK=rank, WORLD_SIZE=num_nodes, LOCAL_RANK=0, LOCAL_WORLD_SIZE=1, NODE_RANK=rank):
+        world = World.detect()
+    assert (world.num_nodes, world.node, world.ranks_per_node, world.workers_per_rank) == (num_nodes, rank, 1, 1)
+    dataset._unique_rank_world, dataset._parallel_rank_world = world, world.copy()
+    with quiet():
+        return [int(sample["id"]) for sample in dataset]
+
+
+ITERATED = [  # layout, weights, settings, nodes
+    ("three", [StreamWeights(proportion=0.5), StreamWeights(proportion=0.2), StreamWeights(proportion=0.3)],
+     OrderSettings(shuffle=True, batch_size=4, shuffle_block_size=16), 2),
+    ("two", [StreamWeights(repeat=1.5), StreamWeights(choose=3)],
+     OrderSettings(shuffle=True, shuffle_algo="py1br", batch_size=2, shuffle_block_size=6, num_canonical_nodes=4), 2),
+    ("three", None, OrderSettings(shuffle=True, shuffle_algo="py2s", batch_size=3, batching_method="per_stream",
+                                  epoch_size=200), 1),
+    ("three", [StreamWeights(proportion=1), StreamWeights(proportion=1), StreamWeights(proportion=2)],
+     OrderSettings(shuffle=True, shuffle_algo="py1s", batch_size=2, batching_method="stratified",
+                   partition_algo="orig", sampling_method="fixed", sampling_granularity=3), 3),
+    ("two", None, OrderSettings(batch_size=2, batching_method="device_per_stream", num_canonical_nodes=2), 2),
+]
+
+
+@pytest.mark.parametrize("layout_name, weights, settings, nodes", ITERATED)
+def test_iterating_streaming_dataset_yields_each_ranks_ids_two_epochs_and_after_a_resumption(
+        streaming, layouts, layout_name, weights, settings, nodes):
+    """``iter(StreamingDataset)`` itself, two epochs running, as every rank of a world of one
+    rank per node; then, resumed from a state saved part way on another node count, after
+    ``load_state_dict``."""
+    layout = layouts[layout_name]
+    weights = weights or [StreamWeights()] * len(layout.sizes)
+    order = MosaicOrder([np.array(s) for s in layout.sizes], weights, settings)
+    world = OrderWorld(nodes, 1, 1)
+    for rank in range(nodes):
+        dataset = their_dataset(streaming, layout, weights, settings)
+        try:
+            for epoch in (0, 1):
+                plan = order.resume_point(world, None, epoch)
+                assert iterate_as_rank(dataset, nodes, rank) == order.worker_sample_ids(plan, rank, 0, 0).tolist()
+        finally:
+            mosaic_oracle._release(dataset)
+    saved_on = OrderWorld(2 * nodes, 1, 1)  # its canonical nodes divide among ours, as StreamingDataset needs
+    state = order.state_dict(order.resume_point(saved_on, None, 1), num_samples=3 * saved_on.num_ranks,
+                             from_beginning=True)
+    resumed = order.resume_point(world, state, 0)
+    assert (resumed.epoch, resumed.sample_in_epoch, resumed.initial_physical_nodes) == (1, 3 * saved_on.num_ranks, saved_on.num_nodes)
+    for rank in range(nodes):
+        dataset = their_dataset(streaming, layout, weights, settings)
+        try:
+            dataset.load_state_dict(state)
+            ids = iterate_as_rank(dataset, nodes, rank)
+            assert ids == order.worker_sample_ids(resumed, rank, 0, 0).tolist()
+            assert dataset.state_dict(5, False) == order.state_dict(resumed, 5, False)
+        finally:
+            mosaic_oracle._release(dataset)
+
+
+# --- refusals ------------------------------------------------------------------------------------
+
+W = OrderWorld
+REFUSALS = [  # id, layout, weights (Stream kwargs), settings, world, state, epoch, their words, our setting
+    ("sampling method", "two", None, dict(sampling_method="random"), None, None, 0,
+     "Invalid sampling method", "sampling_method:"),
+    ("granularity 0", "two", None, dict(sampling_granularity=0), None, None, 0,
+     "`sampling_granularity` must be a positive integer", "sampling_granularity:"),
+    ("batching method", "two", None, dict(batching_method="mixed"), None, None, 0,
+     "Invalid batching method", "batching_method:"),
+    ("negative seed", "two", None, dict(shuffle_seed=-1), None, None, 0, "`shuffle_seed` must be", "shuffle_seed:"),
+    ("negative epoch_size", "two", None, dict(epoch_size=-5), None, None, 0, "Epoch size cannot be negative",
+     "epoch_size:"),
+    ("two weights on a stream", "two", [dict(proportion=1, repeat=2), dict(proportion=1)], {}, None, None, 0,
+     "At most one of", "StreamWeights:"),
+    ("negative repeat", "two", [dict(repeat=-1), dict()], {}, None, None, 0, "must be non-negative",
+     "StreamWeights.repeat:"),
+    ("relative and absolute", "two", [dict(proportion=1), dict(choose=3)], {}, None, None, 0,
+     "Relative (`proportion`) and absolute", "weights[1]:"),
+    ("epoch_size with absolute weights", "two", [dict(repeat=2), dict()], dict(epoch_size=10), None, None, 0,
+     "Only provide `choose` when weighting streams relatively", "epoch_size:"),
+    ("no batch_size", "two", None, dict(batch_size=None), W(1, 1, 1), None, 0, "Please pass `batch_size`",
+     "batch_size:"),
+    ("unknown partition", "two", None, dict(partition_algo="mixed", batch_size=2), W(1, 1, 1), None, 0, "mixed",
+     "partition_algo:"),
+    ("unknown shuffle", "two", None, dict(shuffle=True, shuffle_algo="py1b", batch_size=2), W(1, 1, 1), None, 0,
+     "py1b", "shuffle_algo:"),
+    ("orig, 3 canonical on 2 nodes", "three", None, dict(num_canonical_nodes=3, partition_algo="orig", batch_size=2),
+     W(2, 1, 1), None, 0, "Either canonical or physical nodes must be evenly divisible", "num_canonical_nodes:"),
+    ("relaxed resumed, global batch vs initial devices", "three", None, dict(batch_size=1), W(3, 1, 2),
+     dict(epoch=0, sample_in_epoch=4, num_canonical_nodes=2, shuffle_seed=9176, initial_physical_nodes=2), 0,
+     "is not evenly divisible by the initial total number of devices", "batch_size:"),
+    ("resumed past the epoch", "two", None, dict(batch_size=2), W(2, 2, 1),
+     dict(epoch=0, sample_in_epoch=40, num_canonical_nodes=2, shuffle_seed=9176, initial_physical_nodes=2), 0,
+     "Resuming further into the dataset", "sample_in_epoch:"),
+    ("state without canonical nodes", "two", None, dict(batch_size=2), W(1, 1, 1),
+     dict(epoch=0, sample_in_epoch=0, num_canonical_nodes=None, shuffle_seed=1), 0, "can never be None",
+     "state['num_canonical_nodes']:"),
+    ("device_per_stream, 3 canonical on 2 nodes", "two", None,
+     dict(batching_method="device_per_stream", num_canonical_nodes=3, batch_size=1), W(2, 1, 1), None, 0,
+     "num_canonical_nodes must be divisible by physical nodes", "num_canonical_nodes:"),
+    ("device_per_stream, a stream's block share 0", "two", None,
+     dict(batching_method="device_per_stream", shuffle=True, shuffle_block_size=1, batch_size=1), W(1, 1, 1), None, 0,
+     "are not being used", "shuffle_block_size:"),
+    ("device_per_stream, no full device batch", "two", [dict(), dict(choose=1)],
+     dict(batching_method="device_per_stream", batch_size=4), W(1, 1, 1), None, 0,
+     "does not have an adequate number of samples", "stream 1:"),
+    ("per_stream, no full global batch", "two", [dict(), dict(choose=1)],
+     dict(batching_method="per_stream", batch_size=4), W(1, 2, 1), None, 0,
+     "does not have an adequate number of samples", "stream 1:"),
+    ("stratified, a stream's portion 0", "three", [dict(proportion=0.9), dict(proportion=0.01), dict(proportion=0.09)],
+     dict(batching_method="stratified", batch_size=2), W(1, 1, 1), None, 0, "because the portion of this stream",
+     "batch_size:"),
+    ("py1e, canonical nodes without samples", "single", None,
+     dict(shuffle=True, num_canonical_nodes=2, batch_size=1), W(1, 1, 1), None, 0,
+     "The number of samples assigned to a canonical node is 0", "num_canonical_nodes:"),
+    ("py1e, block 0", "one", None, dict(shuffle=True, shuffle_block_size=0, batch_size=1), W(1, 1, 1), None, 0,
+     "high <= 0", "shuffle_block_size:"),
+    ("py1br, block 1", "one", None, dict(shuffle=True, shuffle_algo="py1br", shuffle_block_size=1, batch_size=1),
+     W(1, 1, 1), None, 0, "high <= 0", "shuffle_block_size:"),
+    ("nothing chosen", "two", [dict(choose=0), dict(choose=0)], dict(batch_size=1), W(1, 1, 1), None, 0,
+     "need at least one array to concatenate", "weights:"),
+    ("orig, rows too short to pad", "one", None, dict(num_canonical_nodes=1, partition_algo="orig", batch_size=1),
+     W(6, 1, 1), None, 0, "could not broadcast", "num_canonical_nodes:"),
+]
+
+
+@pytest.mark.parametrize("layout_name, weights, settings, world, state, epoch, their_words, our_setting",
+                         [case[1:] for case in REFUSALS], ids=[case[0] for case in REFUSALS])
+def test_what_streaming_dataset_refuses_is_refused_with_a_typed_error(
+        streaming, layouts, layout_name, weights, settings, world, state, epoch, their_words, our_setting):
+    layout = layouts[layout_name]
+    weights = weights or [{}] * len(layout.sizes)
+
+    def theirs():
+        streams = [streaming.Stream(local=folder, **w) for folder, w in zip(layout.folders, weights)]
+        with mosaic_oracle._one_process_world(), quiet():
+            dataset = streaming.StreamingDataset(streams=streams, **settings)
+        oracle = Theirs(dataset)
+        try:
+            if world is None:
+                return
+            if settings.get("batch_size") is None:
+                with mosaic_oracle._one_process_world(), quiet():
+                    next(iter(dataset))  # _get_work's own check, on the real iteration
+            oracle.epoch(world, state, epoch)
+        finally:
+            oracle.release()
+
+    def ours():
+        order = MosaicOrder([np.array(s) for s in layout.sizes], [StreamWeights(**w) for w in weights],
+                            OrderSettings(**settings))
+        if world is not None:
+            order.epoch_work(order.resume_point(world, state, epoch))
+
+    with pytest.raises(Exception) as their_error:
+        theirs()
+    assert their_words in str(their_error.value), repr(their_error.value)
+    with pytest.raises(MosaicOrderError) as our_error:
+        ours()
+    assert str(our_error.value).startswith(our_setting), str(our_error.value)
