@@ -197,6 +197,15 @@ def ours_or_error(make):
         return None, error
 
 
+def our_refusal(order: MosaicOrder, plan, where: str):
+    """How ours refuses the plan's epoch (None if it does not): built whole, and for one
+    worker (random batching deals only that worker's share), both alike."""
+    _, whole = ours_or_error(lambda: order.epoch_work(plan))
+    _, worker = ours_or_error(lambda: order.worker_sample_ids(plan, 0, 0, 0))
+    assert str(whole) == str(worker), f"{where}: the whole epoch {whole!r}, one worker {worker!r}"
+    return whole
+
+
 def theirs_or_error(make):
     try:
         return make(), None
@@ -296,7 +305,7 @@ def test_every_worker_of_random_configurations_reads_what_streaming_dataset_yiel
                 resolved, their_error = theirs_or_error(lambda: theirs.epoch(world, state, epoch))
                 plan, our_error = ours_or_error(lambda: order.resume_point(world, state, epoch))
                 if plan is not None:
-                    _, our_error = ours_or_error(lambda: order.epoch_work(plan))
+                    our_error = our_refusal(order, plan, case)
                 if their_error is not None or our_error is not None:
                     assert their_error is not None and our_error is not None, \
                         f"{case}: theirs {their_error!r}, ours {our_error!r}"
@@ -497,7 +506,9 @@ def test_what_streaming_dataset_refuses_is_refused_with_a_typed_error(
         order = MosaicOrder([np.array(s) for s in layout.sizes], [StreamWeights(**w) for w in weights],
                             OrderSettings(**settings))
         if world is not None:
-            order.epoch_work(order.resume_point(world, state, epoch))
+            error = our_refusal(order, order.resume_point(world, state, epoch), "ours")
+            if error is not None:
+                raise error
 
     with pytest.raises(Exception) as their_error:
         theirs()

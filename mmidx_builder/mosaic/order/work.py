@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from .batching import epoch_work
+from .batching.random import RandomEpoch
 from .epoch import Epoch
 from .resume import ResumePlan, resolve, state_dict
 from .sampling import ShardLayout
@@ -56,6 +57,7 @@ class MosaicOrder:
         self.weights: ResolvedWeights = resolve_weights(self.layout.samples_per_stream(), weights,
                                                         self.settings.epoch_size, self.settings.shuffle_seed)
         self._built: tuple[ResumePlan, np.ndarray] | None = None
+        self._random: tuple[ResumePlan, RandomEpoch] | None = None
 
     @property
     def epoch_size(self) -> int:
@@ -75,8 +77,11 @@ class MosaicOrder:
         ``generate_work``. Kept for the next call with the same plan."""
         if self._built is None or self._built[0] != plan:
             self._built = None  # the last epoch is let go before the next is built
-            self._built = (plan, epoch_work(Epoch(self.layout, self.weights, self.settings, plan)))
+            self._built = (plan, epoch_work(self._epoch(plan)))
         return self._built[1]
+
+    def _epoch(self, plan: ResumePlan) -> Epoch:
+        return Epoch(self.layout, self.weights, self.settings, plan)
 
     def worker_sample_ids(self, plan: ResumePlan, node: int, rank_of_node: int, worker_of_rank: int) -> np.ndarray:
         """The sample ids one DataLoader worker yields in the plan's epoch, in order (int64)."""
@@ -85,6 +90,11 @@ class MosaicOrder:
                                    ("worker_of_rank", worker_of_rank, world.workers_per_rank)):
             if not is_int(value) or not 0 <= value < count:
                 raise refuse(name, f"0 to {count - 1}", value)
+        if self.settings.batching_method == "random":
+            if self._random is None or self._random[0] != plan:
+                self._random = None
+                self._random = (plan, RandomEpoch(self._epoch(plan)))
+            return self._random[1].worker_sample_ids(node, rank_of_node, worker_of_rank).astype(np.int64, copy=False)
         ids = self.epoch_work(plan)[node, rank_of_node, worker_of_rank].reshape(-1)
         return ids[ids != -1].astype(np.int64, copy=True)
 
