@@ -413,6 +413,54 @@ def test_iterating_streaming_dataset_yields_each_ranks_ids_two_epochs_and_after_
             mosaic_oracle._release(dataset)
 
 
+def dataloader_ids(dataset, batch_size: int, workers: int) -> list[int]:
+    """The ids a torch DataLoader with ``workers`` worker processes (forked, each with its own
+    copy of the dataset, as in training) yields over the dataset: its batches in turn."""
+    from torch.utils.data import DataLoader
+
+    with quiet():  # torch warns of more workers than this machine's cores
+        loader = DataLoader(dataset, batch_size=batch_size, num_workers=workers, multiprocessing_context="fork")
+        return [int(i) for batch in loader for i in batch["id"]]
+
+
+def in_dataloader_order(per_worker: list[np.ndarray], batch_size: int) -> list[int]:
+    """Workers' ids as a DataLoader yields them: one batch of each worker in turn, a worker
+    that has run out skipped."""
+    batches = [[ids[i:i + batch_size].tolist() for i in range(0, len(ids), batch_size)] for ids in per_worker]
+    return [i for turn in range(max(map(len, batches))) for worker in batches if turn < len(worker)
+            for i in worker[turn]]
+
+
+@pytest.mark.parametrize("nodes, workers, resumed", [(2, 2, False), (1, 3, True)])
+def test_dataloader_workers_of_each_rank_read_what_ours_gives_them(streaming, layouts, torch, nodes, workers,
+                                                                   resumed):
+    """Real DataLoader worker processes over StreamingDataset (each calls ``_get_work`` and
+    takes its worker's row), for every rank of a world of one rank per node."""
+    layout = layouts["three"]
+    weights = [StreamWeights(proportion=0.5), StreamWeights(proportion=0.2), StreamWeights(proportion=0.3)]
+    settings = OrderSettings(shuffle=True, batch_size=3, shuffle_block_size=10, epoch_size=90)
+    order = MosaicOrder([np.array(s) for s in layout.sizes], weights, settings)
+    world = OrderWorld(nodes, 1, workers)
+    state = None
+    if resumed:
+        state = order.state_dict(order.resume_point(OrderWorld(2, 1, 2), None, 0), num_samples=12, from_beginning=True)
+    plan = order.resume_point(world, state, 0)
+    for rank in range(nodes):
+        dataset = their_dataset(streaming, layout, weights, settings)
+        try:
+            if state is not None:
+                dataset.load_state_dict(state)
+            from streaming.base.world import World
+
+            with environment(RANK=rank, WORLD_SIZE=nodes, LOCAL_RANK=0, LOCAL_WORLD_SIZE=1, NODE_RANK=rank):
+                dataset._unique_rank_world = World.detect()  # as iterate_as_rank, before the workers fork
+            dataset._parallel_rank_world = dataset._unique_rank_world.copy()
+            ours = [order.worker_sample_ids(plan, rank, 0, worker) for worker in range(workers)]
+            assert dataloader_ids(dataset, settings.batch_size, workers) == in_dataloader_order(ours, settings.batch_size)
+        finally:
+            mosaic_oracle._release(dataset)
+
+
 # --- refusals ------------------------------------------------------------------------------------
 
 W = OrderWorld
