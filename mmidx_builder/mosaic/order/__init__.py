@@ -30,14 +30,16 @@ The data flow, one module each, every one naming the function of theirs it follo
     weights.py    each stream's choose per epoch (Stream.apply_weights)
     sampling.py   each shard's choose, shuffle units, big id -> sample id (get_sampling, resample_streams)
     partition.py  big ids dealt to nodes, ranks, workers, batches (get_partitions: orig, relaxed)
+    worker_partition.py  one worker's share of that deal, as formulas of its places
     shuffle/      the epoch's permutation of big ids (naive, py1s, py1br, py1e, py2s)
     epoch.py      one epoch's inputs and the three steps above, as a batching method calls them
     batching/     random, stratified, per_stream, device_per_stream (generate_work)
     resume.py     ResumePlan, _resume's resolution and state_dict
     work.py       MosaicOrder: the corpus, and each worker's ids (_get_work, _each_sample_id)
 
-Cost: see work.py (an epoch is built whole, once per plan and process, as StreamingDataset's
-local leader builds it once per node). May import the foundation (errors) and numpy only.
+Cost: see work.py (with random batching a worker deals only its share, but the resampling
+and the shuffle are the whole epoch's, built once per plan and process, as StreamingDataset's
+local leader builds them once per node). May import the foundation (errors) and numpy only.
 """
 
 from __future__ import annotations

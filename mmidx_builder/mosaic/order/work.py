@@ -6,14 +6,22 @@ Follows ``StreamingDataset.__init__`` (the shard index and ``Stream.apply_weight
 ``generate_work``: batching/) and ``_each_sample_id`` (the worker's row of the epoch, -1
 skipped), all in dataset.py.
 
-Cost: as StreamingDataset's local leader, building an epoch computes the whole epoch's
-arrangement (nodes x ranks x workers x batches x batch size, int64, with its padding) once, and
-its resampling and shuffle (a few int64 arrays of the epoch's size; py1e adds a float64 one per
-canonical node). Theirs builds it once per node and shares it in shared memory; here each
-MosaicOrder keeps the last epoch it built, so asking for every worker of one plan builds it
-once, and a worker process that asks for its own share builds the epoch once too: the same
-memory as their local leader, per worker process. Nothing is cut down to one worker's share
-yet (a worker's share needs the whole shuffle, but not the whole 5-D array).
+Cost. With ``random`` batching (StreamingDataset's default) a worker's ids are computed in the
+same steps as theirs, but only the worker's share is dealt (worker_partition.py): the epoch's
+resampling (``units`` and a sample id per place, int64) and the shuffle's permutation are
+built whole, as they must be (their random draws run over the whole epoch), and composed once
+into one int64 array of the epoch's size, kept for the next worker of the same plan; the
+(nodes, ranks, workers, batches, batch size) array is never built. The shuffles' own working
+memory: py1e a float64 array of positions per canonical node, py2s and py1s/py1br an int64 array
+of the epoch.
+
+The other batchings (and :meth:`MosaicOrder.epoch_work`) build the whole epoch's array, as
+StreamingDataset's local leader does, and keep the last one built.
+
+StreamingDataset builds the epoch once per node (its local leader) and shares it in shared
+memory; here each process that asks builds its own, so a node of R ranks x W workers that
+each ask costs R x W times the CPU and memory of theirs. Sharing the composed array per node
+(a .npy written once, opened with mmap_mode="r" by every worker) is the next step.
 """
 
 from __future__ import annotations
