@@ -98,14 +98,16 @@ def resample(layout: ShardLayout, choose_per_stream: np.ndarray, stream_ids, *, 
 
     units_per_shard = full + (rest > 0)
     units = np.repeat(sizes, units_per_shard)
-    units[(np.cumsum(units_per_shard) - 1)[rest > 0]] = rest[rest > 0]
+    partial_units = (np.cumsum(units_per_shard) - 1)[rest > 0]
+    units[partial_units] = rest[rest > 0]
 
-    shard_of = np.repeat(np.arange(len(sizes)), chosen)
-    within = np.arange(len(shard_of)) - np.repeat(np.cumsum(chosen) - chosen, chosen)
-    sample_ids = first[shard_of] + within % sizes[shard_of]
-    partial = within >= (full * sizes)[shard_of]
-    if partial.any():
-        draws = [np.sort(rng.choice(size, count, False)) + offset
-                 for size, count, offset in zip(sizes[rest > 0], rest[rest > 0], first[rest > 0])]
-        sample_ids[partial] = np.concatenate(draws)
+    # Every unit first as its shard's samples in id order (right for the full repeats), built in
+    # place to keep to one array of the epoch's size beyond a temporary one.
+    unit_starts = np.cumsum(units) - units
+    sample_ids = np.repeat(np.repeat(first, units_per_shard) - unit_starts, units)
+    sample_ids += np.arange(len(sample_ids), dtype=np.int64)
+    for unit, size, count, offset in zip(partial_units.tolist(), sizes[rest > 0].tolist(), rest[rest > 0].tolist(),
+                                         first[rest > 0].tolist()):
+        start = int(unit_starts[unit])
+        sample_ids[start:start + count] = np.sort(rng.choice(size, count, False)) + offset
     return units, sample_ids

@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..epoch import Epoch
+from ..shuffle import shuffle
 from ..worker_partition import worker_partition
 
 
@@ -27,12 +28,13 @@ def random_batching(epoch: Epoch) -> np.ndarray:
 
 
 class RandomEpoch:
-    """One epoch of random batching, a worker at a time."""
+    """One epoch of random batching, a worker at a time. Keeps one int64 array of the epoch's
+    size: the sample id at each place of the shuffled epoch."""
 
     def __init__(self, epoch: Epoch):
         self.epoch = epoch
-        self.units, self.sample_of_big = epoch.resample(range(epoch.layout.num_streams))
-        self.sample_of_place = None  # the sample id at each place of the shuffled epoch, once shuffled
+        self.units, self.sample_of_place = epoch.resample(range(epoch.layout.num_streams))
+        self.shuffled = not epoch.settings.shuffle
 
     def worker_sample_ids(self, node: int, rank: int, worker: int) -> np.ndarray:
         epoch, plan = self.epoch, self.epoch.plan
@@ -40,8 +42,9 @@ class RandomEpoch:
         big = worker_partition(epoch.settings.partition_algo, epoch.weights.epoch_size, plan.num_canonical_nodes,
                                world.num_nodes, world.ranks_per_node, world.workers_per_rank, epoch.batch_size,
                                plan.sample_in_epoch, plan.initial_physical_nodes, node, rank, worker)
-        if self.sample_of_place is None:
-            self.sample_of_place = epoch.sample_ids(np.arange(len(self.sample_of_big)), self.units,
-                                                    self.sample_of_big, plan.shuffle_block_size)
+        if not self.shuffled:  # after the deal, as theirs: a refusal of the deal comes first
+            order = shuffle(epoch.settings.shuffle_algo, self.units, plan.num_canonical_nodes, plan.shuffle_seed,
+                            plan.epoch, plan.shuffle_block_size)
+            self.sample_of_place, self.units, self.shuffled = self.sample_of_place[order], None, True
         big = big.reshape(-1)
         return self.sample_of_place[big[big != -1]]
