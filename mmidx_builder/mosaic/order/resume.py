@@ -46,13 +46,9 @@ def _default_canonical_nodes(settings: OrderSettings, world: OrderWorld) -> int:
     return 64 * world.num_nodes if settings.shuffle_algo in ("py1s", "py2s") else world.num_nodes
 
 
-def _block_size(settings: OrderSettings, num_canonical_nodes) -> int:
+def _block_size(settings: OrderSettings, num_canonical_nodes: int) -> int:
     if settings.shuffle_block_size is not None:
         return settings.shuffle_block_size
-    if num_canonical_nodes is None:
-        return 1 << 18
-    if num_canonical_nodes == 0:
-        raise refuse("state['num_canonical_nodes']", "a positive integer", num_canonical_nodes)
     return max(4_000_000 // num_canonical_nodes, 1 << 18)
 
 
@@ -70,17 +66,15 @@ def resolve(settings: OrderSettings, world: OrderWorld, state: Mapping | None, e
         plan = ResumePlan(world, epoch, 0, canonical, settings.shuffle_seed, None, _block_size(settings, canonical))
     else:
         canonical = state["num_canonical_nodes"]
-        if canonical is None:
-            raise refuse("state['num_canonical_nodes']", "a positive integer (StreamingDataset: "
-                         "'`num_canonical_nodes` can never be None')", canonical)
+        if not is_int(canonical) or canonical < 1:
+            # StreamingDataset: "`num_canonical_nodes` can never be None" (0 divides by zero).
+            raise refuse("state['num_canonical_nodes']", "a positive integer", canonical)
         plan = ResumePlan(world, state["epoch"], state["sample_in_epoch"], canonical, state["shuffle_seed"],
                           state.get("initial_physical_nodes"), _block_size(settings, canonical))
     for name in ("epoch", "sample_in_epoch", "shuffle_seed"):
         value = getattr(plan, name)
         if not is_int(value) or value < 0:
             raise refuse(name, "a non-negative integer", value)
-    if not is_int(plan.num_canonical_nodes) or plan.num_canonical_nodes < 1:
-        raise refuse("num_canonical_nodes", "a positive integer", plan.num_canonical_nodes)
     return plan
 
 

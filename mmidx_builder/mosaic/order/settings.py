@@ -9,7 +9,8 @@ A value StreamingDataset refuses is refused here, when the dataclass is made, wi
 :class:`~mmidx_builder.errors.MosaicOrderError` naming the setting, what was expected and what
 was found. Two checks come earlier than StreamingDataset's, which makes them only when the
 epoch is built (at ``iter``): an unknown ``partition_algo``, and an unknown ``shuffle_algo``
-when ``shuffle`` is on (it fails there with a KeyError).
+when ``shuffle`` is on (it fails there with a KeyError). A negative ``num_canonical_nodes``,
+which StreamingDataset takes and deals into nonsense, is refused.
 """
 
 from __future__ import annotations
