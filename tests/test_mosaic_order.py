@@ -34,13 +34,13 @@ from mmidx_builder.errors import MosaicOrderError
 from mmidx_builder.mosaic.order import MosaicOrder, OrderSettings, OrderWorld, StreamWeights
 
 SEED = 44_2026
-CONFIGS = 360
+CONFIGS = 480
 WORLDS_PER_CONFIG = 3
 ALGOS = ("naive", "py1s", "py1br", "py1e", "py2s")
 BATCHINGS = ("random", "stratified", "per_stream", "device_per_stream")
 # A shard's first sample carries PAD bytes, so that two never fit under SIZE_LIMIT and every
-# shard starts where the layout says (MAX_SHARD small samples fit after one).
-PAD, SIZE_LIMIT, MAX_SHARD = 4000, 6000, 40
+# shard starts where the layout says (up to MAX_SHARD samples, the small ones 16 bytes each).
+PAD, SIZE_LIMIT, MAX_SHARD = 4000, 7000, 120
 # The attributes StreamingDataset's _resume sets on the object: restored between worlds.
 RESUMED = ("num_canonical_nodes", "shuffle_seed", "shuffle_block_size", "initial_physical_nodes")
 
@@ -72,7 +72,7 @@ def write_layout(root, sizes: list[list[int]]) -> Layout:
 
 
 def random_sizes(rng) -> list[list[int]]:
-    return [[1 if rng.random() < 0.2 else int(rng.integers(2, MAX_SHARD + 1)) for _ in range(rng.integers(1, 7))]
+    return [[1 if rng.random() < 0.2 else int(rng.integers(2, 41)) for _ in range(rng.integers(1, 7))]
             for _ in range(rng.integers(1, 5))]
 
 
@@ -85,6 +85,10 @@ def layouts(streaming, tmp_path_factory) -> dict:
     found = {name: write_layout(tmp_path_factory.mktemp(name), sizes) for name, sizes in FIXED_LAYOUTS.items()}
     for index in range(14):
         found[index] = write_layout(tmp_path_factory.mktemp(f"layout{index}"), random_sizes(rng))
+    # Two larger ones: many shards, granules and blocks across shards, canonical nodes of hundreds.
+    for index in (14, 15):
+        sizes = [[int(rng.integers(1, MAX_SHARD + 1)) for _ in range(rng.integers(15, 40))] for _ in range(1 + index % 2)]
+        found[index] = write_layout(tmp_path_factory.mktemp(f"layout{index}"), sizes)
     return found
 
 
@@ -178,6 +182,7 @@ CAUSES = {
     "is not evenly divisible by the initial total number of devices": "batch_size:",
     "does not have an adequate number of samples": "stream ",
     "need at least one array to concatenate": "weights:",  # resample_streams, nothing chosen
+    "cannot convert float NaN to integer": "weights:",  # a stream's proportion of an epoch of nothing
     "Resuming further into the dataset": "sample_in_epoch:",
     "cannot reshape array": "num_physical_nodes:",
     "could not broadcast input array": "num_canonical_nodes:",  # orig's padding of too short rows  # the relaxed partition's re-cut
@@ -287,6 +292,9 @@ def test_every_worker_of_random_configurations_reads_what_streaming_dataset_yiel
         theirs = Theirs(dataset)
         try:
             assert order.epoch_size == dataset.epoch_size, where
+            for name in ("proportion", "repeat", "choose"):  # what apply_weights left on each Stream
+                assert np.array_equal(getattr(order.weights, name), [getattr(s, name) for s in dataset.streams],
+                                      equal_nan=True), where
             for _ in range(WORLDS_PER_CONFIG):
                 world, epoch = random_world(rng), int(rng.integers(0, 3))
                 state = None

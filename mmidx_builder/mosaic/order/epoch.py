@@ -30,6 +30,12 @@ class Epoch:
     settings: OrderSettings
     plan: ResumePlan
 
+    def __post_init__(self):
+        if not self.weights.epoch_size:
+            # StreamingDataset fails on such an epoch wherever its batching first meets it (no sample
+            # ids to concatenate, or a NaN proportion).
+            raise refuse("weights", "an epoch of at least one sample", "none chosen (choose, repeat or proportion 0)")
+
     @property
     def batch_size(self) -> int:
         batch_size = self.settings.batch_size
