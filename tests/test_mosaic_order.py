@@ -32,6 +32,8 @@ import pytest
 import mosaic_oracle
 from mmidx_builder.errors import MosaicOrderError
 from mmidx_builder.mosaic.order import MosaicOrder, OrderSettings, OrderWorld, StreamWeights
+from mmidx_builder.mosaic.order import sampling as order_sampling
+from mmidx_builder.mosaic.order.batching import random as order_random
 
 SEED = 44_2026
 CONFIGS = 480
@@ -272,7 +274,11 @@ def random_settings(rng, epoch_size) -> OrderSettings:
         batching_method=str(rng.choice(BATCHINGS)), epoch_size=0 if epoch_size is None and rng.random() < 0.1 else epoch_size)
 
 
-def test_every_worker_of_random_configurations_reads_what_streaming_dataset_yields(streaming, layouts):
+def test_every_worker_of_random_configurations_reads_what_streaming_dataset_yields(streaming, layouts, monkeypatch):
+    # Epoch-sized arrays are worked on in chunks of 4M elements: small ones here, so that the
+    # chunks' seams are crossed (and a chunk reaches the rest of a fractional repeat) all the time.
+    for module in (order_sampling, order_random):
+        monkeypatch.setattr(module, "CHUNK", 37)
     rng = np.random.default_rng(SEED + 1)
     counts = dict(compared=0, workers=0, refused=0, states=0, resumed_elsewhere=0, configs_made=0, made_refused=0)
     covered = set()

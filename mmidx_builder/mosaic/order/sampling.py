@@ -22,6 +22,8 @@ import numpy as np
 
 from .settings import refuse
 
+CHUNK = 1 << 22  # elements of an epoch-sized array worked on at once, to bound temporary memory
+
 
 def choose_per_shard(samples_per_shard: np.ndarray, choose: int, granularity: int, seed: int) -> np.ndarray:
     """How many samples each shard of one stream gives when ``choose`` are taken from it: every
@@ -33,16 +35,22 @@ def choose_per_shard(samples_per_shard: np.ndarray, choose: int, granularity: in
     if not choose % total:
         return samples_per_shard * choose // total
     picks_per_shard = (samples_per_shard + granularity - 1) // granularity
-    pick_shard = np.repeat(np.arange(len(samples_per_shard)), picks_per_shard)
-    pick_size = np.full(len(pick_shard), granularity, np.int64)
-    pick_size[np.cumsum(picks_per_shard) - 1] = samples_per_shard - (picks_per_shard - 1) * granularity
-    order = np.random.default_rng(seed).permutation(len(pick_shard))
-    rest = choose % total
-    sizes = pick_size[order]
-    before = np.cumsum(sizes) - sizes  # the rest already taken when each pick comes
-    taken = np.clip(rest - before, 0, sizes)
+    last_pick = np.cumsum(picks_per_shard) - 1  # each shard's last pick, the one that may be smaller
+    last_pick_size = samples_per_shard - (picks_per_shard - 1) * granularity
+    order = np.random.default_rng(seed).permutation(int(picks_per_shard.sum()))
     chosen = samples_per_shard * (choose // total)
-    np.add.at(chosen, pick_shard[order], taken)
+    rest = int(choose % total)
+    # The picks in their drawn order, a chunk at a time: the rest is often reached long before
+    # the last pick, and a chunk keeps the working arrays small.
+    for begin in range(0, len(order), CHUNK):
+        picks = order[begin:begin + CHUNK]
+        shard = np.searchsorted(last_pick, picks)
+        size = np.where(picks == last_pick[shard], last_pick_size[shard], granularity)
+        taken = np.clip(rest - (np.cumsum(size) - size), 0, size)  # the pick reaching the rest is cut short
+        chosen += np.bincount(shard, weights=taken, minlength=len(chosen)).astype(np.int64)
+        rest -= int(taken.sum())
+        if not rest:
+            break
     return chosen
 
 
@@ -105,7 +113,8 @@ def resample(layout: ShardLayout, choose_per_stream: np.ndarray, stream_ids, *, 
     # place to keep to one array of the epoch's size beyond a temporary one.
     unit_starts = np.cumsum(units) - units
     sample_ids = np.repeat(np.repeat(first, units_per_shard) - unit_starts, units)
-    sample_ids += np.arange(len(sample_ids), dtype=np.int64)
+    for begin in range(0, len(sample_ids), CHUNK):
+        sample_ids[begin:begin + CHUNK] += np.arange(begin, min(begin + CHUNK, len(sample_ids)), dtype=np.int64)
     for unit, size, count, offset in zip(partial_units.tolist(), sizes[rest > 0].tolist(), rest[rest > 0].tolist(),
                                          first[rest > 0].tolist()):
         start = int(unit_starts[unit])

@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..epoch import Epoch
+from ..sampling import CHUNK
 from ..shuffle import shuffle
 from ..worker_partition import worker_partition
 
@@ -45,6 +46,8 @@ class RandomEpoch:
         if not self.shuffled:  # after the deal, as theirs: a refusal of the deal comes first
             order = shuffle(epoch.settings.shuffle_algo, self.units, plan.num_canonical_nodes, plan.shuffle_seed,
                             plan.epoch, plan.shuffle_block_size)
-            self.sample_of_place, self.units, self.shuffled = self.sample_of_place[order], None, True
+            for begin in range(0, len(order), CHUNK):  # composed in place: no third epoch-sized array
+                order[begin:begin + CHUNK] = self.sample_of_place[order[begin:begin + CHUNK]]
+            self.sample_of_place, self.units, self.shuffled = order, None, True
         big = big.reshape(-1)
         return self.sample_of_place[big[big != -1]]
