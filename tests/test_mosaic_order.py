@@ -7,14 +7,19 @@ then, for each world, its own ``_resume`` (after its own ``load_state_dict`` whe
 its own ``generate_work``, which ``_get_work`` calls to build the whole epoch for every node,
 rank and worker; a worker's ids are its row with the -1 padding skipped (``_each_sample_id``).
 A few configurations are also iterated for real (``iter(StreamingDataset)``, and after
-``load_state_dict``), to show that this shortcut is the iteration.
+``load_state_dict``; and through DataLoader worker processes), to show that this shortcut is
+the iteration.
 
 The random table is seeded (SEED): shards of random sizes with 1-sample ones, 1-4 streams
 weighted by proportion, repeat, choose or not at all, epoch_size, every shuffle algorithm and
 off, block sizes, seeds, canonical nodes given or not, 1-4 nodes x ranks x workers, both
 partitions, both samplings, granularity, the four batchings, epochs 0-2 and resumptions at
-random samples, on other node counts than the run that saved the state. Where StreamingDataset
-fails, ours must refuse with MosaicOrderError (and never where it does not).
+random samples, on other node counts than the run that saved the state. Each world's whole
+epoch is compared, and each worker's ids (random batching computes them without the rest of the
+epoch). Where StreamingDataset fails, ours must refuse with MosaicOrderError naming the setting
+its failure is about (CAUSES), and never where it does not. The table prints its counts
+(``pytest -s``): about 1,050 (configuration, world, resume point) cases compared, 15,800
+workers, 385 refusals, on two cores in about 30 s with the oracle's import and fixtures.
 """
 
 from __future__ import annotations
