@@ -11,6 +11,8 @@
     ├── OutOfSpaceError (OSError)   a write that does not fit in its folder's free space
     ├── UnwritableFolderError (OSError)  a folder load_dataset must write in that cannot be written
     ├── ParameterError (ValueError) a setting cannot work (seq_length < 1, too many samples...)
+    │   └── MosaicOrderError        settings, a world or a resume state for which mosaicml-streaming's
+    │                               StreamingDataset makes no sample order (mosaic/order/)
     ├── ConvertError                an input record or tokenizer that `mmidx convert` cannot use
     ├── ConcurrentWriteError        another writer holds the output name (a pair's prefix)
     ├── HubError                    an upload that cannot go ahead (not logged in, bad repo id...)
@@ -157,6 +159,12 @@ class UnwritableFolderError(MMIdxError, OSError):
 
 class ParameterError(MMIdxError, ValueError):
     """A parameter that cannot work; the message says what to change."""
+
+
+class MosaicOrderError(ParameterError):
+    """Settings, a world or a resume state for which mosaicml-streaming's StreamingDataset would
+    refuse (or fail) to make its sample order: ``mosaic/order/`` refuses the same cases, naming
+    the setting, what StreamingDataset expects and what it was given."""
 
 
 class UnsafeEncodingError(ParameterError):

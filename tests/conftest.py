@@ -39,7 +39,7 @@ ORACLE_FIXTURES = {"megatron", "fairseq_python", "megatron_lm", "oracle", "prepr
 ORACLE_MODULES = {"test_megatron_lm_oracle.py", "test_convert_preprocess_data.py", "test_fairseq_oracle.py",
                   "test_format_oracle.py", "test_sampling_oracle.py", "test_convert_megatron_lm.py",
                   "test_megatron_builder.py", "test_megatron_plan.py", "test_megatron_resolve.py",
-                  "test_training_collator.py"}
+                  "test_training_collator.py", "test_mosaic_order.py"}
 SLOW_MODULES = {"test_megatron_lm_oracle.py", "test_example_train_tiny_gpt.py", "test_convert_preprocess_data.py",
                 "test_fairseq_oracle.py", "test_remote_s3.py", "test_hub_download.py"}
 

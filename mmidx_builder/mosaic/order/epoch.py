@@ -1,0 +1,72 @@
+"""One epoch's inputs for one world, and the three steps every batching method takes per
+stream (or for all streams at once): resample the shards, deal the samples (partition), and
+shuffle the dealt "big" ids before mapping them to sample ids.
+
+The three steps follow mosaicml-streaming 0.13.0's ``StreamingDataset.resample_streams``
+(sampling.py here), ``get_partitions`` (partition.py) and ``get_shuffle`` (shuffle/), as its
+batching methods call them (streaming/base/batching/*.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from .partition import partition
+from .resume import ResumePlan
+from .sampling import ShardLayout, resample
+from .settings import OrderSettings, refuse
+from .shuffle import shuffle
+from .weights import ResolvedWeights
+
+
+@dataclasses.dataclass(frozen=True)
+class Epoch:
+    """What decides one epoch's order for one world."""
+
+    layout: ShardLayout
+    weights: ResolvedWeights
+    settings: OrderSettings
+    plan: ResumePlan
+
+    def __post_init__(self):
+        if not self.weights.epoch_size:
+            # StreamingDataset fails on such an epoch wherever its batching first meets it (no sample
+            # ids to concatenate, or a NaN proportion).
+            raise refuse("weights", "an epoch of at least one sample", "none chosen (choose, repeat or proportion 0)")
+
+    @property
+    def batch_size(self) -> int:
+        batch_size = self.settings.batch_size
+        if batch_size is None or batch_size < 1:
+            # StreamingDataset: "Please pass `batch_size` to StreamingDataset" (0 divides by zero).
+            raise refuse("batch_size", "a positive integer, the samples per batch of each rank, as the DataLoader's "
+                         "(StreamingDataset needs it to build an epoch)", batch_size)
+        return batch_size
+
+    def resample(self, stream_ids) -> tuple[np.ndarray, np.ndarray]:
+        """The shuffle units and the sample id of each "big" id of these streams' epoch."""
+        settings = self.settings
+        return resample(self.layout, self.weights.choose, list(stream_ids), granularity=settings.sampling_granularity,
+                        seed=self.plan.shuffle_seed, epoch=self.plan.epoch,
+                        balanced=settings.sampling_method == "balanced", epoch_seed_change=settings.epoch_seed_change)
+
+    def partition(self, num_samples: int, num_physical_nodes: int, batch_size: int, drop_first: int) -> np.ndarray:
+        plan = self.plan
+        return partition(self.settings.partition_algo, num_samples, plan.num_canonical_nodes, num_physical_nodes,
+                         plan.world.ranks_per_node, plan.world.workers_per_rank, batch_size, drop_first,
+                         plan.initial_physical_nodes)
+
+    def sample_ids(self, big_ids: np.ndarray, units: np.ndarray, sample_of_big: np.ndarray,
+                   block_size: int) -> np.ndarray:
+        """Dealt big ids (-1 kept) as sample ids, through the shuffle when there is one."""
+        if self.settings.shuffle:
+            order = shuffle(self.settings.shuffle_algo, units, self.plan.num_canonical_nodes, self.plan.shuffle_seed,
+                            self.plan.epoch, block_size)
+            big_ids = np.where(big_ids != -1, order[big_ids], -1)
+        return np.where(big_ids != -1, sample_of_big[big_ids], -1)
+
+    def stream_block_size(self, stream_id: int) -> int:
+        """A stream's share of the shuffle block when streams are dealt one by one."""
+        return int(self.plan.shuffle_block_size * self.weights.proportion[stream_id])
