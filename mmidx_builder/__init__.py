@@ -14,8 +14,8 @@ The folders are the layers, lowest first (docs/layout.md; tests/test_layers.py k
     fairseq/      dictionaries and language pairs, batches, preprocess, collater
     convert/      text -> .bin/.idx (Megatron's preprocess_data.py), merge
     hf/           one datasets builder per source kind; "mmidx" picks the kind
-    training/     MegatronCollator, megatron_rank_stream, megatron_global_stream, arrow_rows,
-                  numpy_batches
+    training/     MegatronCollator, megatron_rank_stream, megatron_global_stream,
+                  mosaic_rank_stream, arrow_rows, numpy_batches
     publishing/   dataset cards and Hub upload
     cli/          the `mmidx` command
 
@@ -59,6 +59,7 @@ _LAZY = {
     "MegatronCollator": "training",
     "megatron_rank_stream": "training",
     "megatron_global_stream": "training",
+    "mosaic_rank_stream": "training",
     "arrow_rows": "training",
 }
 

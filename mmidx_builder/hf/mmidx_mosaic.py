@@ -27,6 +27,7 @@ from ..dtypes import cast_tokens
 from ..errors import ParameterError, UnsafeEncodingError
 from ..mosaic.columns import Layout, NdarrayForm, column_spans, ndarray_form
 from ..mosaic.encodings import Kind
+from ..mosaic.index import parse_index
 from ..mosaic.tokens import TokenColumn, token_encoding_problem
 from ..sources.token_source import Concatenated
 from .base_builder import INDEX_CACHE_FOLDER
@@ -111,6 +112,27 @@ class MosaicBuilderMixin:
         streams, identity = plan_streams(split, files, dl_manager)
         kind = f"{type(self).__name__}{tuple(sorted((k, v) for k, v in settings.items() if k != 'verify'))}"
         return Plan.of(split, files, streams, f"{kind}|{identity}", **settings)
+
+
+def recorded_streams(plan: Plan) -> list[dict]:
+    """Each stream of the plan, in order, as provenance records it: its folder's name and its
+    shards' sample counts as runs ``[[samples, shards], ...]`` (an LLM Foundry folder of 10,000
+    equal shards and a partial last one is two runs)."""
+    recorded = []
+    for index_path, data, _ in plan.read_paths:
+        index = parse_index(index_path, data)
+        runs: list[list[int]] = []
+        for shard in index.shards:
+            if runs and runs[-1][0] == shard.samples:
+                runs[-1][1] += 1
+            else:
+                runs.append([int(shard.samples), 1])
+        recorded.append({"folder": _folder_name(index.folder), "layout": index.layout, "samples_per_shard": runs})
+    return recorded
+
+
+def _folder_name(folder: str) -> str:
+    return folder.rstrip("/").replace("\\", "/").rsplit("/", 1)[-1]
 
 
 def opened_streams(plan: Plan, opener) -> list:
@@ -262,7 +284,9 @@ class MMIdxMosaic(MosaicBuilderMixin, GPTSamplesBuilder):
                                   **self._mosaic_settings())
 
     def _order(self, plan):
-        return {"token_column": plan["token_column"]}
+        # The shard sizes too: StreamingDataset's order is dealt shard by shard, and a prepared
+        # Dataset keeps only this record of its files (training/mosaic_stream.py reads it).
+        return {"token_column": plan["token_column"], "mosaic_streams": recorded_streams(plan)}
 
     @staticmethod
     def open_plan(plan: Plan, opener) -> OpenedSplit:

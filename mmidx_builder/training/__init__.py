@@ -7,6 +7,9 @@
     megatron_rank_stream   a dataset -> one data-parallel rank's rows in the order of
                            Megatron-LM's MegatronPretrainingSampler, for any DataLoader
                            num_workers, with elastic state_dict/load_state_dict (rank_stream.py)
+    mosaic_rank_stream     MDS folders -> one rank's rows in the order of mosaicml-streaming's
+                           StreamingDataset, for any num_workers, resuming from and to its
+                           state dict (mosaic_stream.py)
     megatron_global_stream every rank's rows in Megatron's global order, for accelerate and the
                            HF Trainer, which deal each process its MegatronPretrainingSampler
                            rows (global_stream.py; launchers.py: how accelerate deals)
@@ -21,8 +24,8 @@ so ``import mmidx_builder`` works without it.
 
 from __future__ import annotations
 
-__all__ = ["ArrowRows", "FairseqCollater", "MegatronCollator", "MegatronGlobalStream", "MegatronRankStream", "arrow_rows",
-           "megatron_global_stream", "megatron_rank_stream", "numpy_batches"]
+__all__ = ["ArrowRows", "FairseqCollater", "MegatronCollator", "MegatronGlobalStream", "MegatronRankStream", "MosaicRankStream",
+           "arrow_rows", "megatron_global_stream", "megatron_rank_stream", "mosaic_rank_stream", "numpy_batches"]
 
 
 def __getattr__(name: str):
@@ -38,6 +41,10 @@ def __getattr__(name: str):
         from . import rank_stream
 
         return getattr(rank_stream, name)
+    if name in ("MosaicRankStream", "mosaic_rank_stream"):
+        from . import mosaic_stream
+
+        return getattr(mosaic_stream, name)
     if name in ("MegatronGlobalStream", "megatron_global_stream"):
         from . import global_stream
 
