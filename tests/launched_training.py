@@ -4,7 +4,8 @@ launcher it is named after and writes, per process, the token rows each training
 
     python launched_training.py RECIPE CACHE_DIR OUT_DIR
 
-RECIPE: ``loop`` (torchrun: one megatron_rank_stream per rank in a plain loop), ``accelerate``
+RECIPE: ``loop`` (torchrun: one megatron_rank_stream per rank in a plain loop), ``mosaic``
+(torchrun: one mosaic_rank_stream per rank over MDS token shards, two epochs), ``accelerate``
 (accelerator.prepare of a DataLoader over megatron_global_stream, dispatched and sharded),
 ``trainer`` (the HF Trainer over megatron_global_stream, a resume from its checkpoint, and a
 megatron_rank_stream handed to it, which must be refused). Each with 0 and 2 loader workers.
@@ -43,6 +44,22 @@ def loop(stream, rank, world_size):
                                                     micro_batch_size=MICRO_BATCH, consumed_samples=CONSUMED)
         loader = torch.utils.data.DataLoader(ranked, batch_size=MICRO_BATCH, num_workers=workers, collate_fn=collate)
         out[f"workers{workers}"] = [row for step, batch in zip(range(STEPS), loader) for row in rows_of(batch)]
+    return out
+
+
+MOSAIC = {"batch_size": 2, "shuffle": True, "shuffle_algo": "py1e", "shuffle_seed": 5, "shuffle_block_size": 7}
+
+
+def mosaic(rows, rank, world_size):
+    """torchrun over MDS shards: each rank's mosaic_rank_stream (its node from torchrun's
+    LOCAL_WORLD_SIZE), two epochs running; each row named by its first token."""
+    out = {}
+    for workers in (0, 2):
+        ranked = mmidx_builder.mosaic_rank_stream(rows, rank=rank, world_size=world_size, **MOSAIC)
+        loader = torch.utils.data.DataLoader(ranked, batch_size=MOSAIC["batch_size"], num_workers=workers,
+                                             collate_fn=list)
+        out[f"workers{workers}"] = [[int(row["input_ids"][0]) for batch in loader for row in batch]
+                                    for _epoch in range(2)]
     return out
 
 
@@ -107,12 +124,17 @@ def trainer(stream, rank, world_size, out_dir):
 
 
 def main(recipe, cache_dir, out_dir):
-    stream = load_dataset(cache_dir, seq_length=3, seed=11, split="train", streaming=True)
-    if recipe == "loop":
+    if recipe == "mosaic":
+        torch.distributed.init_process_group("gloo")
+        rank, world_size = torch.distributed.get_rank(), torch.distributed.get_world_size()
+        out = mosaic(load_dataset(cache_dir, token_column="tokens", split="train", streaming=True), rank, world_size)
+    elif recipe == "loop":
+        stream = load_dataset(cache_dir, seq_length=3, seed=11, split="train", streaming=True)
         torch.distributed.init_process_group("gloo")
         rank, world_size = torch.distributed.get_rank(), torch.distributed.get_world_size()
         out = loop(stream, rank, world_size)
     else:
+        stream = load_dataset(cache_dir, seq_length=3, seed=11, split="train", streaming=True)
         rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
         out = accelerate(stream, rank, world_size) if recipe == "accelerate" else trainer(stream, rank, world_size,
                                                                                            out_dir)

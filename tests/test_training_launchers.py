@@ -3,7 +3,8 @@
 MegatronPretrainingSampler (the oracle of test_training_rank_stream.py: the class's own code,
 from the installed megatron-core wheel's copy of Megatron-LM's data_samplers.py).
 
-- torchrun, a plain loop over megatron_rank_stream per rank;
+- torchrun, a plain loop over megatron_rank_stream per rank; the same over MDS shards with
+  mosaic_rank_stream, compared with StreamingDataset's own deal (test_mosaic_order.Theirs);
 - ``accelerate launch``, ``accelerator.prepare(DataLoader(megatron_global_stream(...)))``,
   dispatched (accelerate's default) and sharded (``dispatch_batches=False``);
 - ``accelerate launch`` of the Hugging Face Trainer over megatron_global_stream, resumed from
@@ -79,7 +80,7 @@ def launch(corpus, recipe: str) -> list[dict]:
     root = corpus["root"]
     script = [str(HERE / "launched_training.py"), recipe, str(root / corpus.get("folder", "corpus")), str(root)]
     bin_dir = Path(sys.executable).parent
-    if recipe == "loop":
+    if recipe in ("loop", "mosaic"):
         command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(WORLD_SIZE),
                    "--master_addr", "127.0.0.1", "--master_port", str(_free_port()), *script]
     else:
@@ -112,6 +113,39 @@ def test_torchrun_loop_over_rank_streams_of_mosaicml_shards_is_megatrons_order(m
     for rank, out in enumerate(launch(mds_corpus, "loop")):
         for case in ("workers0", "workers2"):
             assert positions(out[case], mds_corpus) == expected(sampler_class, mds_corpus, rank, STEPS), (rank, case)
+
+
+def test_torchrun_loop_over_mosaic_rank_streams_is_streaming_datasets_order(mds_corpus, torch):
+    """Each of torchrun's 2 ranks (one node) reads, through 0 and 2 loader workers, two epochs of
+    what StreamingDataset 0.13.0 (its own _resume and generate_work) deals that rank."""
+    from launched_training import MOSAIC
+    from test_mosaic_order import Layout, Theirs, their_dataset
+    from test_training_mosaic_stream import expected_ids
+
+    import mosaic_oracle
+    from mmidx_builder.mosaic.order import OrderSettings, OrderWorld, StreamWeights
+
+    streaming = mosaic_oracle.streaming_or_skip()
+    root = mds_corpus["root"]
+    index = json.loads((root / "mds" / "index.json").read_text())
+    from datasets import load_dataset
+
+    rows = load_dataset(str(root / "mds"), token_column="tokens", split="train", cache_dir=str(root / "ours"))
+    sample_of = {row["input_ids"][0]: i for i, row in enumerate(rows)}
+    assert len(sample_of) == len(rows)
+    settings = OrderSettings(**MOSAIC)
+    theirs = Theirs(their_dataset(streaming, Layout([str(root / "mds")], [[s["samples"] for s in index["shards"]]]),
+                                  [StreamWeights()], settings))
+    try:
+        for rank, out in enumerate(launch(mds_corpus, "mosaic")):
+            for workers in (0, 2):
+                world = OrderWorld(1, WORLD_SIZE, max(workers, 1))
+                for epoch in (0, 1):
+                    got = [sample_of[token] for token in out[f"workers{workers}"][epoch]]
+                    want = expected_ids(theirs, world, None, epoch, rank, settings.batch_size)
+                    assert len(want) > 4 and got == want, (rank, workers, epoch)
+    finally:
+        theirs.release()
 
 
 def test_accelerate_prepare_of_a_global_stream_gives_each_process_megatrons_order(corpus, sampler_class, torch):
