@@ -213,6 +213,30 @@ def test_a_rank_stream_handed_to_accelerates_shard_is_refused(corpus, torch):
     assert len(list(itertools.islice(iter(alone), 4))) == 4
 
 
+def test_a_mosaic_rank_stream_handed_to_accelerate_is_refused_with_the_fix(mds_corpus, torch):
+    pytest.importorskip("accelerate")
+    from accelerate.data_loader import IterableDatasetShard
+    from datasets import load_dataset
+
+    from mmidx_builder import mosaic_rank_stream
+
+    root = mds_corpus["root"]
+    rows = load_dataset(str(root / "mds"), token_column="tokens", split="train", cache_dir=str(root / "ours"))
+    ranked = mosaic_rank_stream(rows, 0, WORLD_SIZE, MICRO_BATCH, local_world_size=WORLD_SIZE)
+    with pytest.raises(ParameterError, match=r"splits it again over its 2 processes.*without preparing it"):
+        shard_rows(ranked, 0, 0, torch)
+    shard = IterableDatasetShard(ranked, batch_size=MICRO_BATCH, num_processes=WORLD_SIZE, process_index=1)
+    with pytest.raises(ParameterError, match="without preparing it"):
+        next(iter(shard))
+    alone = IterableDatasetShard(mosaic_rank_stream(rows, 1, WORLD_SIZE, MICRO_BATCH, local_world_size=WORLD_SIZE),
+                                 batch_size=MICRO_BATCH, num_processes=1, process_index=0)
+    alone.set_epoch(0)
+    assert len(list(itertools.islice(iter(alone), 4))) == 4
+    # Megatron's samples packed from the MDS documents are not MDS samples: no StreamingDataset order.
+    with pytest.raises(ParameterError, match="was loaded as 'mmidx_mosaic_samples'.*not seq_length="):
+        mosaic_rank_stream(mds_corpus["dataset"], 0, WORLD_SIZE, MICRO_BATCH)
+
+
 def test_global_stream_misuse_is_refused_by_name(corpus, torch):
     pytest.importorskip("accelerate")
     from mmidx_builder import megatron_global_stream
