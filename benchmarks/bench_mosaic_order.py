@@ -29,7 +29,10 @@ worker's id and count:
                      StreamingDataset: construction, ``_attach_work`` (the leader's shared
                      epoch), its row; it cannot start before the leader has shared the epoch, so
                      its time to the first sample is the leader's. Ours: the same steps as the
-                     leader (each worker computes its own).
+                     leader, with the same ``cache_dir`` (a folder of the node's disk): the
+                     leader built and saved the epoch's array, this worker maps it (it would
+                     wait on the leader's lock meanwhile). With --no-cache, every worker builds
+                     its own epoch (the leader's figures are every worker's).
 
 Torch's ``dist`` is not initialised (``maybe_init_dist`` answers False: WORLD_SIZE=64 would
 otherwise wait for 63 peers); StreamingDataset reads its world from the environment anyway.
@@ -45,7 +48,10 @@ defaults otherwise; --batch-size samples per rank's batch):
                        StreamingDataset's shared epoch array (nodes x ranks x workers x batches
                        x batch int64) divided by the 64 workers of the node, which all map it
                        at the barrier (that is what Pss counts with 64 sharers; it is computed
-                       from the array's size rather than read, as 64 processes are not running)
+                       from the array's size rather than read, as 64 processes are not running);
+                       ours: the cached epoch file / 64 in the same way (page-cache pages the
+                       node's workers map; an upper bound, as a worker touches only the pages of
+                       its own places)
   node mean            (leader + 63 other workers) / 64: the memory per worker of a node
   leader peak          the leader's peak RSS (VmHWM) minus its RSS after the imports: what
                        the node must fit once while the epoch is built
@@ -58,6 +64,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -195,13 +202,16 @@ def child_ours(spec: dict) -> dict:
     with open(path, "rb") as f:
         index = parse_index(path, f.read())
     samples = np.array([shard.samples for shard in index.shards], np.int64)
+    cache_dir = spec["cache_dir"]
     order = MosaicOrder([samples], settings=OrderSettings(shuffle=True, batch_size=spec["batch_size"],
-                                                          batching_method=spec["batching"]))
+                                                          batching_method=spec["batching"]), cache_dir=cache_dir)
     world = OrderWorld(spec["nodes"], spec["ranks_per_node"], spec["workers"])
     plan = order.resume_point(world, None, 0)
     ids = order.worker_sample_ids(plan, **spec["place"])
     seconds = time.perf_counter() - start
-    return _summary(ids, seconds, before, 0)
+    shared = sum(entry.stat().st_size for entry in os.scandir(cache_dir) if entry.name.endswith(".npy")) \
+        if cache_dir else 0
+    return _summary(ids, seconds, before, shared)
 
 
 def run_child(side: str, spec: dict, place: dict, role: str):
@@ -240,6 +250,8 @@ def measure(side: str, spec: dict) -> dict:
             leader.kill()  # it waits for the other worker, which failed
             raise
         return {"leader": collect(leader), "other": other}
+    if spec["cache_dir"]:
+        shutil.rmtree(spec["cache_dir"], ignore_errors=True)  # the leader builds, the other maps
     leader = collect(run_child(side, spec, LEADER, "leader"))
     return {"leader": leader, "other": collect(run_child(side, spec, OTHER, "worker"))}
 
@@ -288,6 +300,8 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=8, help="samples per batch of each rank")
     parser.add_argument("--batching", default="random,stratified", help="batching methods, comma-separated")
     parser.add_argument("--workdir", default="/tmp/mosaic-order-bench")
+    parser.add_argument("--no-cache", action="store_true",
+                        help="ours without cache_dir: every worker builds the epoch itself")
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -299,13 +313,15 @@ def main() -> None:
     write_index(folder, samples, args.shards)
     spec = {"folder": folder, "nodes": args.nodes, "ranks_per_node": args.ranks_per_node, "workers": args.workers,
             "batch_size": args.batch_size, "ready": os.path.join(args.workdir, "leader.ready"),
-            "done": os.path.join(args.workdir, "other.done")}
+            "done": os.path.join(args.workdir, "other.done"),
+            "cache_dir": None if args.no_cache else os.path.join(args.workdir, "order-cache")}
     results = {}
     for batching in args.batching.split(","):
         spec["batching"] = batching
         results[batching] = {side: measure(side, spec) for side in ("theirs", "ours")}
     print(f"{samples:,} samples in {args.shards:,} shards; {args.nodes} nodes x {args.ranks_per_node} ranks x "
-          f"{args.workers} workers; batch size {args.batch_size}; shuffle py1e, relaxed")
+          f"{args.workers} workers; batch size {args.batch_size}; shuffle py1e, relaxed; ours "
+          + ("without cache_dir" if args.no_cache else "with cache_dir (one epoch file per node)"))
     print("| batching | measure | ours | StreamingDataset | ours / theirs |")
     print("|---|---|---|---|---|")
     for row in table(results, spec):
