@@ -3,7 +3,7 @@ mosaicml-streaming 0.13.0's own ``StreamingDataset``, side by side in one run (i
 
     .venv/bin/python benchmarks/bench_mosaic_order.py [--samples 100e6] [--shards 10000]
         [--nodes 8] [--ranks-per-node 8] [--workers 8] [--batch-size 8]
-        [--batching random,stratified] [--workdir /tmp/mosaic-order-bench]
+        [--batching random,stratified] [--workdir /tmp/mosaic-order-bench] [--cache-dir DIR] [--no-cache]
 
 Quick run: ``--samples 1e6 --shards 1000``.
 
@@ -302,6 +302,8 @@ def main() -> None:
     parser.add_argument("--workdir", default="/tmp/mosaic-order-bench")
     parser.add_argument("--no-cache", action="store_true",
                         help="ours without cache_dir: every worker builds the epoch itself")
+    parser.add_argument("--cache-dir", help="ours' cache_dir (cleared before each side's run; default: "
+                        "WORKDIR/order-cache, on the disk; /dev/shm/... is where StreamingDataset's epoch lives)")
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -314,14 +316,14 @@ def main() -> None:
     spec = {"folder": folder, "nodes": args.nodes, "ranks_per_node": args.ranks_per_node, "workers": args.workers,
             "batch_size": args.batch_size, "ready": os.path.join(args.workdir, "leader.ready"),
             "done": os.path.join(args.workdir, "other.done"),
-            "cache_dir": None if args.no_cache else os.path.join(args.workdir, "order-cache")}
+            "cache_dir": None if args.no_cache else args.cache_dir or os.path.join(args.workdir, "order-cache")}
     results = {}
     for batching in args.batching.split(","):
         spec["batching"] = batching
         results[batching] = {side: measure(side, spec) for side in ("theirs", "ours")}
     print(f"{samples:,} samples in {args.shards:,} shards; {args.nodes} nodes x {args.ranks_per_node} ranks x "
           f"{args.workers} workers; batch size {args.batch_size}; shuffle py1e, relaxed; ours "
-          + ("without cache_dir" if args.no_cache else "with cache_dir (one epoch file per node)"))
+          + ("without cache_dir" if args.no_cache else f"with cache_dir={spec['cache_dir']} (one epoch file a node)"))
     print("| batching | measure | ours | StreamingDataset | ours / theirs |")
     print("|---|---|---|---|---|")
     for row in table(results, spec):
