@@ -2,7 +2,7 @@
 mosaicml-streaming 0.13.0's own ``StreamingDataset``, side by side in one run (issue 44 item 4).
 
     .venv/bin/python benchmarks/bench_mosaic_order.py [--samples 100e6] [--shards 10000]
-        [--nodes 8] [--ranks-per-node 8] [--workers 8] [--batch-size 8]
+        [--nodes 8] [--ranks-per-node 8] [--workers 8] [--batch-size 8] [--repeats 1]
         [--batching random,stratified] [--workdir /tmp/mosaic-order-bench] [--cache-dir DIR] [--no-cache]
 
 Quick run: ``--samples 1e6 --shards 1000``.
@@ -277,7 +277,7 @@ def table(results: dict, spec: dict) -> list[tuple]:
         o_mem, t_mem = per_worker(ours, workers_per_node), per_worker(theirs, workers_per_node)
         pairs = [
             ("first sample id, s (the node's workers wait for the leader)", ours["leader"]["seconds"],
-             theirs["leader"]["seconds"], 1),
+             theirs["leader"]["seconds"], 2),
             ("memory per worker, node mean, MiB", o_mem[2] / mib, t_mem[2] / mib, 1),
             ("memory, the local leader, MiB", o_mem[0] / mib, t_mem[0] / mib, 1),
             ("memory, another worker, MiB", o_mem[1] / mib, t_mem[1] / mib, 1),
@@ -299,6 +299,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=8, help="DataLoader workers per rank")
     parser.add_argument("--batch-size", type=int, default=8, help="samples per batch of each rank")
     parser.add_argument("--batching", default="random,stratified", help="batching methods, comma-separated")
+    parser.add_argument("--repeats", type=int, default=1, help="runs of each side; the fastest leader's run is kept")
     parser.add_argument("--workdir", default="/tmp/mosaic-order-bench")
     parser.add_argument("--no-cache", action="store_true",
                         help="ours without cache_dir: every worker builds the epoch itself")
@@ -320,9 +321,16 @@ def main() -> None:
     results = {}
     for batching in args.batching.split(","):
         spec["batching"] = batching
-        results[batching] = {side: measure(side, spec) for side in ("theirs", "ours")}
+        results[batching] = {}
+        for _ in range(args.repeats):  # the sides take turns: a busy spell slows a pass of each
+            for side in ("theirs", "ours"):
+                result = measure(side, spec)
+                best = results[batching].get(side)
+                if best is None or result["leader"]["seconds"] < best["leader"]["seconds"]:
+                    results[batching][side] = result
     print(f"{samples:,} samples in {args.shards:,} shards; {args.nodes} nodes x {args.ranks_per_node} ranks x "
-          f"{args.workers} workers; batch size {args.batch_size}; shuffle py1e, relaxed; ours "
+          f"{args.workers} workers; batch size {args.batch_size}; shuffle py1e, relaxed; best of {args.repeats}; "
+          f"load average {os.getloadavg()[0]:.2f}; ours "
           + ("without cache_dir" if args.no_cache else f"with cache_dir={spec['cache_dir']} (one epoch file a node)"))
     print("| batching | measure | ours | StreamingDataset | ours / theirs |")
     print("|---|---|---|---|---|")
