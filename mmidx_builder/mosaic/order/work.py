@@ -92,7 +92,8 @@ class MosaicOrder:
     def epoch_work(self, plan: ResumePlan) -> np.ndarray:
         """The plan's epoch for its whole world: (nodes, ranks per node, workers per rank,
         batches per worker, batch size), -1 for padding, as StreamingDataset's
-        ``generate_work``. Kept for the next call with the same plan."""
+        ``generate_work``. Kept for the next call with the same plan; with ``cache_dir``, a
+        read-only map of the node's file."""
         if self._built is None or self._built[0] != plan:
             self._built = None  # the last epoch is let go before the next is built
             if self.cache_dir is None:
