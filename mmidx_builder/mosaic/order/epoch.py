@@ -65,8 +65,10 @@ class Epoch:
         if self.settings.shuffle:
             order = shuffle(self.settings.shuffle_algo, units, self.plan.num_canonical_nodes, self.plan.shuffle_seed,
                             self.plan.epoch, block_size)
-        ids = np.empty(big_ids.shape, np.int64)
-        dealt, out = big_ids.reshape(-1), ids.reshape(-1)
+        # Both walked in memory order, the output laid out as the deal (often a transposed view,
+        # which reshape(-1) would copy whole): ravel("K") of either is then a view, not a copy.
+        ids = np.empty_like(big_ids, dtype=np.int64)
+        dealt, out = big_ids.ravel(order="K"), ids.ravel(order="K")
         # A chunk at a time: the epoch's temporaries (padding mask, shuffled big ids) stay a
         # chunk's size, and a padding -1 indexes the last element harmlessly before it is masked.
         for begin in range(0, dealt.size, CHUNK):
