@@ -36,10 +36,13 @@ The data flow, one module each, every one naming the function of theirs it follo
     batching/     random, stratified, per_stream, device_per_stream (generate_work)
     resume.py     ResumePlan, _resume's resolution and state_dict
     work.py       MosaicOrder: the corpus, and each worker's ids (_get_work, _each_sample_id)
+    cache.py      an epoch's array built once per node, saved as .npy, mapped by its workers
+                  (StreamingDataset's _share_work / _attach_work do this in shared memory)
 
 Cost: see work.py (with random batching a worker deals only its share, but the resampling
-and the shuffle are the whole epoch's, built once per plan and process, as StreamingDataset's
-local leader builds them once per node). May import the foundation (errors) and numpy only.
+and the shuffle are the whole epoch's, built once per plan and process, or once per node with
+``MosaicOrder(..., cache_dir=...)``, as StreamingDataset's local leader builds them once per
+node). May import the foundation (errors) and numpy only.
 """
 
 from __future__ import annotations

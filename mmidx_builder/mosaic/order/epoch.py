@@ -15,7 +15,7 @@ import numpy as np
 
 from .partition import partition
 from .resume import ResumePlan
-from .sampling import ShardLayout, resample
+from .sampling import CHUNK, ShardLayout, resample
 from .settings import OrderSettings, refuse
 from .shuffle import shuffle
 from .weights import ResolvedWeights
@@ -61,11 +61,22 @@ class Epoch:
     def sample_ids(self, big_ids: np.ndarray, units: np.ndarray, sample_of_big: np.ndarray,
                    block_size: int) -> np.ndarray:
         """Dealt big ids (-1 kept) as sample ids, through the shuffle when there is one."""
+        order = None
         if self.settings.shuffle:
             order = shuffle(self.settings.shuffle_algo, units, self.plan.num_canonical_nodes, self.plan.shuffle_seed,
                             self.plan.epoch, block_size)
-            big_ids = np.where(big_ids != -1, order[big_ids], -1)
-        return np.where(big_ids != -1, sample_of_big[big_ids], -1)
+        # Both walked in memory order, the output laid out as the deal (often a transposed view,
+        # which reshape(-1) would copy whole): ravel("K") of either is then a view, not a copy.
+        ids = np.empty_like(big_ids, dtype=np.int64)
+        dealt, out = big_ids.ravel(order="K"), ids.ravel(order="K")
+        # A chunk at a time: the epoch's temporaries (padding mask, shuffled big ids) stay a
+        # chunk's size, and a padding -1 indexes the last element harmlessly before it is masked.
+        for begin in range(0, dealt.size, CHUNK):
+            chunk = dealt[begin:begin + CHUNK]
+            looked_up = sample_of_big[order[chunk] if order is not None else chunk]
+            looked_up[chunk == -1] = -1
+            out[begin:begin + CHUNK] = looked_up
+        return ids
 
     def stream_block_size(self, stream_id: int) -> int:
         """A stream's share of the shuffle block when streams are dealt one by one."""

@@ -19,9 +19,12 @@ The other batchings (and :meth:`MosaicOrder.epoch_work`) build the whole epoch's
 StreamingDataset's local leader does, and keep the last one built.
 
 StreamingDataset builds the epoch once per node (its local leader) and shares it in shared
-memory; here each process that asks builds its own, so a node of R ranks x W workers that
-each ask costs R x W times the CPU and memory of theirs. Sharing the composed array per node
-(a .npy written once, opened with mmap_mode="r" by every worker) is the next step.
+memory. Without ``cache_dir`` each process that asks builds its own, so a node of R ranks x W
+workers that each ask costs R x W times the CPU and memory of theirs. With ``cache_dir`` (a
+folder of the node's local disk that its workers share) the first worker to ask builds the
+epoch's array (random batching: the composed int64 array; the others: the 5-D array) and
+saves it as .npy; every worker maps it read-only (cache.py), so a node holds one copy, as
+theirs, and each worker keeps only its own ids.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import numpy as np
 
 from .batching import epoch_work
 from .batching.random import RandomEpoch
+from .cache import epoch_key, shared_epoch
 from .epoch import Epoch
 from .resume import ResumePlan, resolve, state_dict
 from .sampling import ShardLayout
@@ -45,10 +49,14 @@ class MosaicOrder:
     ``weights`` (one :class:`StreamWeights` per stream; None: none weighted), with ``settings``.
 
     Sample ids are StreamingDataset's: stream after stream, each stream's shards in order.
+
+    ``cache_dir`` (None: every process builds its own epoch): a folder the node's workers
+    share, where an epoch is built once, saved and mapped by the others (cache.py; the files
+    are the epoch's size x 8 bytes each and are left there).
     """
 
     def __init__(self, samples_per_shard: Sequence, weights: Sequence[StreamWeights] | None = None,
-                 settings: OrderSettings | None = None):
+                 settings: OrderSettings | None = None, cache_dir: str | None = None):
         if not len(samples_per_shard):
             raise refuse("samples_per_shard", "at least one stream", "none")
         self.settings = settings if settings is not None else OrderSettings()
@@ -64,6 +72,8 @@ class MosaicOrder:
             raise refuse("weights", f"one per stream ({self.layout.num_streams})", len(weights))
         self.weights: ResolvedWeights = resolve_weights(self.layout.samples_per_stream(), weights,
                                                         self.settings.epoch_size, self.settings.shuffle_seed)
+        self.cache_dir = cache_dir
+        self._weights_given = tuple(weights)
         self._built: tuple[ResumePlan, np.ndarray] | None = None
         self._random: tuple[ResumePlan, RandomEpoch] | None = None
 
@@ -82,11 +92,20 @@ class MosaicOrder:
     def epoch_work(self, plan: ResumePlan) -> np.ndarray:
         """The plan's epoch for its whole world: (nodes, ranks per node, workers per rank,
         batches per worker, batch size), -1 for padding, as StreamingDataset's
-        ``generate_work``. Kept for the next call with the same plan."""
+        ``generate_work``. Kept for the next call with the same plan; with ``cache_dir``, a
+        read-only map of the node's file."""
         if self._built is None or self._built[0] != plan:
             self._built = None  # the last epoch is let go before the next is built
-            self._built = (plan, epoch_work(self._epoch(plan)))
+            if self.cache_dir is None:
+                self._built = (plan, epoch_work(self._epoch(plan)))
+            else:
+                self._built = (plan, shared_epoch(self.cache_dir, self._cache_name("work", plan),
+                                                  lambda: epoch_work(self._epoch(plan))))
         return self._built[1]
+
+    def _cache_name(self, kind: str, plan: ResumePlan) -> str:
+        return epoch_key(kind, self.layout.samples_per_shard, self.layout.first_shard_of_stream,
+                         self._weights_given, self.settings, plan)
 
     def _epoch(self, plan: ResumePlan) -> Epoch:
         return Epoch(self.layout, self.weights, self.settings, plan)
@@ -101,10 +120,21 @@ class MosaicOrder:
         if self.settings.batching_method == "random":
             if self._random is None or self._random[0] != plan:
                 self._random = None
-                self._random = (plan, RandomEpoch(self._epoch(plan)))
+                self._random = (plan, self._random_epoch(plan, node, rank_of_node, worker_of_rank))
             return self._random[1].worker_sample_ids(node, rank_of_node, worker_of_rank).astype(np.int64, copy=False)
         ids = self.epoch_work(plan)[node, rank_of_node, worker_of_rank].reshape(-1)
         return ids[ids != -1].astype(np.int64, copy=True)
+
+    def _random_epoch(self, plan: ResumePlan, node: int, rank_of_node: int, worker_of_rank: int) -> RandomEpoch:
+        if self.cache_dir is None:
+            return RandomEpoch(self._epoch(plan))
+
+        def build():
+            built = RandomEpoch(self._epoch(plan))
+            built.worker_places(node, rank_of_node, worker_of_rank)  # a refused deal before the shuffle, as theirs
+            return built.shuffled_ids()
+
+        return RandomEpoch(self._epoch(plan), shared_epoch(self.cache_dir, self._cache_name("random", plan), build))
 
     def state_dict(self, plan: ResumePlan, num_samples: int, from_beginning: bool) -> dict:
         """StreamingDataset's ``state_dict(num_samples, from_beginning)`` during the plan's epoch."""

@@ -30,24 +30,38 @@ def random_batching(epoch: Epoch) -> np.ndarray:
 
 class RandomEpoch:
     """One epoch of random batching, a worker at a time. Keeps one int64 array of the epoch's
-    size: the sample id at each place of the shuffled epoch."""
+    size: the sample id at each place of the shuffled epoch; ``shuffled_ids``, when given, is
+    that array built by another process (work.py's per-node cache), and no resampling runs."""
 
-    def __init__(self, epoch: Epoch):
+    def __init__(self, epoch: Epoch, shuffled_ids: np.ndarray | None = None):
         self.epoch = epoch
-        self.units, self.sample_of_place = epoch.resample(range(epoch.layout.num_streams))
-        self.shuffled = not epoch.settings.shuffle
+        if shuffled_ids is None:
+            self.units, self.sample_of_place = epoch.resample(range(epoch.layout.num_streams))
+            self.shuffled = not epoch.settings.shuffle
+        else:
+            self.units, self.sample_of_place, self.shuffled = None, shuffled_ids, True
 
-    def worker_sample_ids(self, node: int, rank: int, worker: int) -> np.ndarray:
+    def worker_places(self, node: int, rank: int, worker: int) -> np.ndarray:
+        """The places of the shuffled epoch the worker reads, in order (its deal, -1 dropped)."""
         epoch, plan = self.epoch, self.epoch.plan
         world = plan.world
         big = worker_partition(epoch.settings.partition_algo, epoch.weights.epoch_size, plan.num_canonical_nodes,
                                world.num_nodes, world.ranks_per_node, world.workers_per_rank, epoch.batch_size,
                                plan.sample_in_epoch, plan.initial_physical_nodes, node, rank, worker)
-        if not self.shuffled:  # after the deal, as theirs: a refusal of the deal comes first
+        big = big.reshape(-1)
+        return big[big != -1]
+
+    def shuffled_ids(self) -> np.ndarray:
+        """The sample id at each place of the shuffled epoch (the whole epoch, int64)."""
+        if not self.shuffled:
+            epoch, plan = self.epoch, self.epoch.plan
             order = shuffle(epoch.settings.shuffle_algo, self.units, plan.num_canonical_nodes, plan.shuffle_seed,
                             plan.epoch, plan.shuffle_block_size)
             for begin in range(0, len(order), CHUNK):  # composed in place: no third epoch-sized array
                 order[begin:begin + CHUNK] = self.sample_of_place[order[begin:begin + CHUNK]]
             self.sample_of_place, self.units, self.shuffled = order, None, True
-        big = big.reshape(-1)
-        return self.sample_of_place[big[big != -1]]
+        return self.sample_of_place
+
+    def worker_sample_ids(self, node: int, rank: int, worker: int) -> np.ndarray:
+        places = self.worker_places(node, rank, worker)  # before the shuffle, as theirs: a refused deal comes first
+        return self.shuffled_ids()[places]
