@@ -45,14 +45,14 @@ def loaded(layout, tmp_path_factory):
             "stream": load_dataset("mmidx", data_files=files, split="train", streaming=True, cache_dir=cache)}
 
 
-def stream_of(dataset, settings: OrderSettings, weights, rank: int, world: OrderWorld):
+def stream_of(dataset, settings: OrderSettings, weights, rank: int, world: OrderWorld, cache_dir=None):
     from mmidx_builder.training import mosaic_rank_stream
 
     kwargs = {name: getattr(settings, name) for name in ("shuffle", "shuffle_algo", "shuffle_seed", "shuffle_block_size",
                                                          "num_canonical_nodes", "partition_algo", "sampling_method",
                                                          "sampling_granularity", "batching_method", "epoch_size")}
     return mosaic_rank_stream(dataset, rank=rank, world_size=world.num_ranks, batch_size=settings.batch_size,
-                              local_world_size=world.ranks_per_node, streams=weights, **kwargs)
+                              local_world_size=world.ranks_per_node, streams=weights, cache_dir=cache_dir, **kwargs)
 
 
 def loader_ids(stream, batch_size: int, workers: int) -> list[int]:
@@ -97,6 +97,25 @@ def test_each_rank_and_worker_reads_streaming_datasets_order_two_epochs(
                         theirs, world, None, epoch, rank, settings.batch_size), (workers, rank, epoch)
     finally:
         theirs.release()
+
+
+@pytest.mark.parametrize("config", [0, 1], ids=["random", "stratified"])
+def test_a_node_shares_one_epoch_through_cache_dir_in_the_same_order(mosaic_streaming, layout, loaded, config,
+                                                                    tmp_path):
+    """With cache_dir, the first worker to ask saves the epoch's ids and the rank's other
+    workers and the next rank map them: the same order, one file per epoch, not one per process."""
+    weights, settings, shape, source = CONFIGS[config]
+    theirs = Theirs(their_dataset(mosaic_streaming, layout, weights or [StreamWeights()] * 2, settings))
+    try:
+        world = OrderWorld(*shape, 2)
+        for rank in range(world.num_ranks):
+            stream = stream_of(loaded[source], settings, weights, rank, world, cache_dir=str(tmp_path))
+            for epoch in (0, 1):
+                assert loader_ids(stream, settings.batch_size, 2) == expected_ids(
+                    theirs, world, None, epoch, rank, settings.batch_size), (rank, epoch)
+    finally:
+        theirs.release()
+    assert len([p for p in tmp_path.iterdir() if p.suffix == ".npy"]) == 2  # epochs 0 and 1, for every process
 
 
 # Resumed on one rank per node: a real StreamingDataset's workers wait for every rank of their node.

@@ -64,7 +64,7 @@ def mosaic_rank_stream(dataset, rank: int, world_size: int, batch_size: int, loc
                        shuffle_block_size: int | None = None, num_canonical_nodes: int | None = None,
                        partition_algo: str = "relaxed", sampling_method: str = "balanced",
                        sampling_granularity: int = 1, batching_method: str = "random",
-                       epoch_size: int | None = None) -> "MosaicRankStream":
+                       epoch_size: int | None = None, cache_dir: str | None = None) -> "MosaicRankStream":
     """Rank ``rank``'s rows of ``dataset`` (loaded by this package from MDS folders, prepared or
     ``streaming=True``) in the order of ``StreamingDataset(streams=[one Stream per folder, with
     streams[i]'s weights], batch_size=batch_size, shuffle=..., ...)`` on ``world_size`` ranks of
@@ -74,20 +74,26 @@ def mosaic_rank_stream(dataset, rank: int, world_size: int, batch_size: int, loc
     ``streams``: one weight per folder, in the order the dataset's streams were given: a
     :class:`~mmidx_builder.mosaic.order.StreamWeights`, a dict of ``proportion``/``repeat``/
     ``choose`` (``streaming.Stream``'s), or None; or a dict {folder name: weight}. The other
-    settings are StreamingDataset's, with its defaults. See the module docstring."""
+    settings are StreamingDataset's, with its defaults. See the module docstring.
+
+    ``cache_dir``: a folder every rank and worker of a node can reach (``/dev/shm`` is where
+    StreamingDataset keeps its epoch): the first to ask builds the epoch's ids and saves them
+    there, the others map them (``MosaicOrder(cache_dir=...)``; files are named by what fixes
+    the order and never deleted). None: each DataLoader worker builds its own (at 100M samples
+    an 800 MB array a worker; benchmarks/bench_mosaic_order.py)."""
     settings = OrderSettings(shuffle=shuffle, shuffle_algo=shuffle_algo, shuffle_seed=shuffle_seed,
                              shuffle_block_size=shuffle_block_size, num_canonical_nodes=num_canonical_nodes,
                              batch_size=batch_size, partition_algo=partition_algo, sampling_method=sampling_method,
                              sampling_granularity=sampling_granularity, batching_method=batching_method,
                              epoch_size=epoch_size)
-    return MosaicRankStream(dataset, rank, world_size, settings, local_world_size, streams)
+    return MosaicRankStream(dataset, rank, world_size, settings, local_world_size, streams, cache_dir)
 
 
 class MosaicRankStream(torch.utils.data.IterableDataset):
     """What :func:`mosaic_rank_stream` returns: a torch ``IterableDataset`` of one rank's rows."""
 
     def __init__(self, dataset, rank: int, world_size: int, settings: OrderSettings,
-                 local_world_size: int | None = None, streams=None):
+                 local_world_size: int | None = None, streams=None, cache_dir: str | None = None):
         self.world_size = check_int("world_size", world_size, 1)
         self.rank = check_int("rank", rank, 0)
         if self.rank >= self.world_size:
@@ -112,7 +118,7 @@ class MosaicRankStream(torch.utils.data.IterableDataset):
             raise ParameterError(f"the dataset has {self._rows.num_rows} rows, its MDS shards {total}: a dataset "
                                  "sliced, filtered or concatenated no longer has one row per sample id; pass the "
                                  "whole split as loaded")
-        self.order = MosaicOrder(sizes, _weights(streams, self.stream_folders), settings)
+        self.order = MosaicOrder(sizes, _weights(streams, self.stream_folders), settings, cache_dir=cache_dir)
         self._state: Mapping | None = None  # StreamingDataset's dict, from load_state_dict
         self._epochs = _SharedEpochs()
         self._progress = None  # this process's current iteration: plan, worker, workers, rows
