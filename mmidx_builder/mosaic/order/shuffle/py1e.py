@@ -14,19 +14,13 @@ from __future__ import annotations
 import numpy as np
 
 from ..settings import refuse
-from .spans import divide, shuffled, unit_starts
+from .spans import laid_end_to_end, pieces_in_order
 
 
 def shuffle_py1e(unit_sizes: np.ndarray, num_canonical_nodes: int, seed: int, epoch: int,
                  block_size: int) -> np.ndarray:
+    pieces, order, epoch_rng = pieces_in_order(unit_sizes, num_canonical_nodes, seed, epoch)
     unit_sizes = np.asarray(unit_sizes, np.int64)
-    run_order = shuffled(np.random.default_rng(seed), len(unit_sizes))
-    pieces = divide(unit_starts(unit_sizes)[run_order], unit_sizes[run_order], num_canonical_nodes)
-    epoch_rng = np.random.default_rng(seed + epoch)
-    order = np.arange(len(pieces.start))
-    for part in range(num_canonical_nodes):
-        within = order[pieces.part(part)]
-        order[pieces.part(part)] = within[shuffled(epoch_rng, len(within))]
     low, high = int(0.75 * block_size), int(1.25 * block_size)
     ids = np.empty(int(unit_sizes.sum()), np.int64)
     offset = 0
@@ -38,7 +32,7 @@ def shuffle_py1e(unit_sizes: np.ndarray, num_canonical_nodes: int, seed: int, ep
             raise refuse("num_canonical_nodes", f"at most as many canonical nodes as the epoch (or each stream "
                          f"with per-stream batchings) has samples, {int(unit_sizes.sum())}, for py1e "
                          f"(a canonical node with no sample)", num_canonical_nodes)
-        node_ids = np.repeat(starts - (np.cumsum(sizes) - sizes), sizes) + np.arange(count)
+        node_ids = laid_end_to_end(starts, sizes)
         piece_offsets = (np.cumsum(sizes) - sizes).tolist()
         for begin, size in zip(piece_offsets, sizes.tolist()):
             epoch_rng.shuffle(node_ids[begin:begin + size])

@@ -10,21 +10,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from .spans import divide, shuffled, unit_starts
+from .spans import laid_end_to_end, pieces_in_order
 
 
 def shuffle_py1s(unit_sizes: np.ndarray, num_canonical_nodes: int, seed: int, epoch: int,
                  block_size: int) -> np.ndarray:
-    unit_sizes = np.asarray(unit_sizes, np.int64)
-    run_order = shuffled(np.random.default_rng(seed), len(unit_sizes))
-    pieces = divide(unit_starts(unit_sizes)[run_order], unit_sizes[run_order], num_canonical_nodes)
-    epoch_rng = np.random.default_rng(seed + epoch)
-    order = np.arange(len(pieces.start))
-    for part in range(num_canonical_nodes):
-        within = order[pieces.part(part)]
-        order[pieces.part(part)] = within[shuffled(epoch_rng, len(within))]
+    pieces, order, epoch_rng = pieces_in_order(unit_sizes, num_canonical_nodes, seed, epoch)
     starts, sizes = pieces.start[order], pieces.size[order]
-    ids = np.repeat(starts - (np.cumsum(sizes) - sizes), sizes) + np.arange(int(sizes.sum()))
+    ids = laid_end_to_end(starts, sizes)
     offset = 0
     for size in sizes.tolist():
         epoch_rng.shuffle(ids[offset:offset + size])

@@ -1,4 +1,5 @@
-"""Shuffle units cut into canonical nodes' parts: the step every shard-aware shuffle shares.
+"""Shuffle units cut into canonical nodes' parts: the step every shard-aware shuffle shares
+(and the pieces' order py1s, py1br and py1e share after it: :func:`pieces_in_order`).
 
 Follows mosaicml-streaming 0.13.0's ``divide_spans`` (streaming/base/shuffle/py1s.py) and
 py2s's ``_partition`` (shuffle/py2s.py), which loop over spans; here it is one pass of
@@ -59,3 +60,24 @@ def shuffled(rng: np.random.Generator, count: int) -> np.ndarray:
     order = np.arange(count)
     rng.shuffle(order)
     return order
+
+
+def pieces_in_order(unit_sizes: np.ndarray, num_canonical_nodes: int, seed: int, epoch: int):
+    """The steps py1s, py1br and py1e share (their ``get_shuffle_py1*``, up to the pieces'
+    order): the units in an order of ``default_rng(seed)``, cut into the canonical nodes'
+    parts, each part's pieces shuffled by ``default_rng(seed + epoch)``. Returns the pieces,
+    their order (part by part) and that generator, which the algorithms go on drawing from."""
+    unit_sizes = np.asarray(unit_sizes, np.int64)
+    run_order = shuffled(np.random.default_rng(seed), len(unit_sizes))
+    pieces = divide(unit_starts(unit_sizes)[run_order], unit_sizes[run_order], num_canonical_nodes)
+    epoch_rng = np.random.default_rng(seed + epoch)
+    order = np.arange(len(pieces.start))
+    for part in range(num_canonical_nodes):
+        within = order[pieces.part(part)]
+        order[pieces.part(part)] = within[shuffled(epoch_rng, len(within))]
+    return pieces, order, epoch_rng
+
+
+def laid_end_to_end(starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """The sample ids of pieces (``starts``/``sizes``) one after another."""
+    return np.repeat(starts - (np.cumsum(sizes) - sizes), sizes) + np.arange(int(sizes.sum()))
