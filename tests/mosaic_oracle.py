@@ -51,12 +51,10 @@ def _require_or_skip(why: str):
 
 
 @contextlib.contextmanager
-def _one_process_world():
-    """Both readers take their world (rank, world size, local ones) from environment
-    variables; a test process may have set some. They read as one process of one node here."""
-    names = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "NODE_RANK": "0"}
+def environment(**names):
+    """These environment variables set (as strings) inside the block, restored after it."""
     saved = {name: os.environ.get(name) for name in names}
-    os.environ.update(names)
+    os.environ.update({name: str(value) for name, value in names.items()})
     try:
         yield
     finally:
@@ -65,6 +63,12 @@ def _one_process_world():
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+def _one_process_world():
+    """Both readers take their world (rank, world size, local ones) from environment
+    variables; a test process may have set some. They read as one process of one node here."""
+    return environment(RANK=0, WORLD_SIZE=1, LOCAL_RANK=0, LOCAL_WORLD_SIZE=1, NODE_RANK=0)
 
 
 # --- imports ---------------------------------------------------------------------------

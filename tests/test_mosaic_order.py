@@ -356,20 +356,6 @@ def test_every_worker_of_random_configurations_reads_what_streaming_dataset_yiel
 
 # --- the real iteration ------------------------------------------------------------------------
 
-@contextlib.contextmanager
-def environment(**names):
-    saved = {name: os.environ.get(name) for name in names}
-    os.environ.update({name: str(value) for name, value in names.items()})
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-
-
 def iterate_as_rank(dataset, num_nodes: int, rank: int) -> list[int]:
     """The ids ``iter(dataset)`` yields (samples' ``id`` column) as rank ``rank`` of ``num_nodes``
     nodes of one rank each, without DataLoader workers. The dataset was made as one process (a
@@ -379,7 +365,7 @@ def iterate_as_rank(dataset, num_nodes: int, rank: int) -> list[int]:
     differs."""
     from streaming.base.world import World
 
-    with environment(RANK=rank, WORLD_SIZE=num_nodes, LOCAL_RANK=0, LOCAL_WORLD_SIZE=1, NODE_RANK=rank):
+    with mosaic_oracle.environment(RANK=rank, WORLD_SIZE=num_nodes, LOCAL_RANK=0, LOCAL_WORLD_SIZE=1, NODE_RANK=rank):
         world = World.detect()
     assert (world.num_nodes, world.node, world.ranks_per_node, world.workers_per_rank) == (num_nodes, rank, 1, 1)
     dataset._unique_rank_world, dataset._parallel_rank_world = world, world.copy()
@@ -474,7 +460,7 @@ def test_dataloader_workers_of_each_rank_read_what_ours_gives_them(streaming, la
                 dataset.load_state_dict(state)
             from streaming.base.world import World
 
-            with environment(RANK=rank, WORLD_SIZE=nodes, LOCAL_RANK=0, LOCAL_WORLD_SIZE=1, NODE_RANK=rank):
+            with mosaic_oracle.environment(RANK=rank, WORLD_SIZE=nodes, LOCAL_RANK=0, LOCAL_WORLD_SIZE=1, NODE_RANK=rank):
                 dataset._unique_rank_world = World.detect()  # as iterate_as_rank, before the workers fork
             dataset._parallel_rank_world = dataset._unique_rank_world.copy()
             ours = [order.worker_sample_ids(plan, rank, 0, worker) for worker in range(workers)]

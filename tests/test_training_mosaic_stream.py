@@ -16,8 +16,8 @@ import pytest
 import mosaic_oracle
 from mmidx_builder.errors import MosaicOrderError, ParameterError
 from mmidx_builder.mosaic.order import OrderSettings, OrderWorld, StreamWeights
-from test_mosaic_order import (Theirs, dataloader_ids, environment, in_dataloader_order, quiet, their_dataset,
-                               write_layout)
+from mosaic_oracle import environment
+from test_mosaic_order import Theirs, dataloader_ids, in_dataloader_order, quiet, their_dataset, write_layout
 
 SIZES = [[12, 1, 9], [7, 7, 3]]  # two streams, partial shards
 
