@@ -15,7 +15,7 @@ The folders are the layers, lowest first (docs/layout.md; tests/test_layers.py k
     convert/      text -> .bin/.idx (Megatron's preprocess_data.py), merge
     hf/           one datasets builder per source kind; "mmidx" picks the kind
     training/     MegatronCollator, megatron_rank_stream, megatron_global_stream,
-                  mosaic_rank_stream, arrow_rows, numpy_batches
+                  mosaic_rank_stream, mosaic_global_stream, arrow_rows, numpy_batches
     publishing/   dataset cards and Hub upload
     cli/          the `mmidx` command
 
@@ -60,6 +60,7 @@ _LAZY = {
     "megatron_rank_stream": "training",
     "megatron_global_stream": "training",
     "mosaic_rank_stream": "training",
+    "mosaic_global_stream": "training",
     "arrow_rows": "training",
 }
 

@@ -1,16 +1,18 @@
 """One process of tests/test_training_launchers.py, started by a launcher (torchrun or
-``accelerate launch``) on 2 CPU processes (gloo). It runs docs/training.md's recipe for the
-launcher it is named after and writes, per process, the token rows each training step got:
+``accelerate launch``) on 2 CPU processes (gloo). It runs docs/training.md's recipes for that
+launcher and writes, per process, what each training step got:
 
-    python launched_training.py RECIPE CACHE_DIR OUT_DIR
+    python launched_training.py LAUNCHER ROOT OUT_DIR
 
-RECIPE: ``loop`` (torchrun: one megatron_rank_stream per rank in a plain loop), ``mosaic``
-(torchrun: one mosaic_rank_stream per rank over MDS token shards, two epochs), ``accelerate``
-(accelerator.prepare of a DataLoader over megatron_global_stream, dispatched and sharded),
-``trainer`` (the HF Trainer over megatron_global_stream, a resume from its checkpoint, and a
-megatron_rank_stream handed to it, which must be refused). Each with 0 and 2 loader workers.
-OUT_DIR/<RECIPE>.rank<r>.json: ``{case: [[row tokens] per sample] or an error}``; the test
-compares them with MegatronPretrainingSampler.
+torchrun: ``loop`` (one megatron_rank_stream per rank in a plain loop, over the .bin/.idx pair),
+``loop-mds`` (the same over MDS shards), ``mosaic`` (one mosaic_rank_stream per rank over MDS
+token shards, two epochs). accelerate: ``accelerate`` (accelerator.prepare of a DataLoader over
+megatron_global_stream, dispatched and sharded), ``trainer`` (the HF Trainer over
+megatron_global_stream, a resume from its checkpoint, and a megatron_rank_stream handed to it,
+which must be refused), ``mosaic-accelerate`` (accelerator.prepare and the HF Trainer over
+mosaic_global_stream). Each with 0 and 2 loader workers. OUT_DIR/<LAUNCHER>.rank<r>.json:
+``{recipe: {case: rows or an error}}``; the test compares them with MegatronPretrainingSampler
+and with StreamingDataset.
 """
 
 import json
@@ -60,6 +62,69 @@ def mosaic(rows, rank, world_size):
                                              collate_fn=list)
         out[f"workers{workers}"] = [[int(row["input_ids"][0]) for batch in loader for row in batch]
                                     for _epoch in range(2)]
+    return out
+
+
+def first_token_of_each(rows):
+    """A tensor (accelerate dispatches tensors only) naming each sample by its first token."""
+    return torch.tensor([int(row["input_ids"][0]) for row in rows], dtype=torch.long)
+
+
+def mosaic_accelerate(rows, rank, world_size, out_dir):
+    """accelerate launch over MDS shards: accelerator.prepare of a loader over
+    mosaic_global_stream (dispatched and sharded), then the HF Trainer over it past the end of
+    epoch 0, and resumed from its checkpoint; each row named by its first token."""
+    from accelerate import Accelerator
+    from accelerate.utils import DataLoaderConfiguration
+    from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+
+    batch = MOSAIC["batch_size"]
+    settings = {name: value for name, value in MOSAIC.items() if name != "batch_size"}
+    out = {}
+    for dispatch in (True, False):
+        accelerator = Accelerator(cpu=True, dataloader_config=DataLoaderConfiguration(dispatch_batches=dispatch))
+        for workers in (0, 2):
+            dataset = mmidx_builder.mosaic_global_stream(rows, world_size=accelerator.num_processes,
+                                                         batch_size=batch, **settings)
+            loader = accelerator.prepare(torch.utils.data.DataLoader(dataset, batch_size=batch, num_workers=workers,
+                                                                     collate_fn=first_token_of_each))
+            out[f"{'dispatch' if dispatch else 'shard'}-workers{workers}"] = \
+                [[int(token) for tokens in loader for token in tokens] for _epoch in range(2)]
+
+    vocab = 1 + max(max(row["input_ids"]) for row in rows)
+    seen = []
+
+    def model():
+        torch.manual_seed(0)
+        made = GPT2LMHeadModel(GPT2Config(vocab_size=vocab, n_positions=64, n_embd=8, n_layer=1, n_head=1))
+        made.register_forward_pre_hook(
+            lambda module, args, kwargs: seen.extend(int(r[0]) for r in kwargs["input_ids"]), with_kwargs=True)
+        return made
+
+    def first_tokens(batch_rows):  # one token a sample: the samples are documents of uneven length
+        ids = first_token_of_each(batch_rows)[:, None]
+        return {"input_ids": ids, "labels": ids}
+
+    def train(workers, max_steps, resume=None, save_steps=None):
+        args = TrainingArguments(output_dir=os.path.join(out_dir, f"mosaic-trainer-workers{workers}"),
+                                 per_device_train_batch_size=batch, dataloader_num_workers=workers,
+                                 remove_unused_columns=False, max_steps=max_steps, report_to=[], use_cpu=True,
+                                 save_strategy="steps" if save_steps else "no", save_steps=save_steps or 500,
+                                 logging_strategy="no", disable_tqdm=True)
+        dataset = mmidx_builder.mosaic_global_stream(rows, world_size=args.world_size, batch_size=batch, **settings)
+        seen.clear()
+        Trainer(model=model(), args=args, train_dataset=dataset, data_collator=first_tokens).train(
+            resume_from_checkpoint=resume)
+        return list(seen)
+
+    for workers in (0, 2):
+        # Past the end of epoch 0: the Trainer's set_epoch(1) starts StreamingDataset's epoch 1.
+        per_epoch = len(mmidx_builder.mosaic_global_stream(rows, world_size=world_size, batch_size=batch, **settings)
+                        .rank_sample_ids(0, rank, max(workers, 1))) // batch
+        out[f"trainer-workers{workers}"] = train(workers, per_epoch + 2, save_steps=2)
+        out[f"trainer-steps-workers{workers}"] = per_epoch
+    out["trainer-resumed-workers2"] = train(2, out["trainer-steps-workers2"] + 2, resume=os.path.join(
+        out_dir, "mosaic-trainer-workers2", "checkpoint-2"))
     return out
 
 
@@ -123,22 +188,28 @@ def trainer(stream, rank, world_size, out_dir):
     return out
 
 
-def main(recipe, cache_dir, out_dir):
-    if recipe == "mosaic":
+def main(launcher, root, out_dir):
+    """Every recipe of ``launcher`` in one launch (a launch's start costs more than a recipe):
+    ROOT/corpus holds the .bin/.idx pair, ROOT/mds the same documents as MDS shards."""
+    corpus, mds = os.path.join(root, "corpus"), os.path.join(root, "mds")
+
+    def samples(folder):
+        return load_dataset(folder, seq_length=3, seed=11, split="train", streaming=True)
+
+    def mds_rows():
+        return load_dataset(mds, token_column="tokens", split="train", streaming=True)
+
+    if launcher == "torchrun":
         torch.distributed.init_process_group("gloo")
         rank, world_size = torch.distributed.get_rank(), torch.distributed.get_world_size()
-        out = mosaic(load_dataset(cache_dir, token_column="tokens", split="train", streaming=True), rank, world_size)
-    elif recipe == "loop":
-        stream = load_dataset(cache_dir, seq_length=3, seed=11, split="train", streaming=True)
-        torch.distributed.init_process_group("gloo")
-        rank, world_size = torch.distributed.get_rank(), torch.distributed.get_world_size()
-        out = loop(stream, rank, world_size)
+        out = {"loop": loop(samples(corpus), rank, world_size), "loop-mds": loop(samples(mds), rank, world_size),
+               "mosaic": mosaic(mds_rows(), rank, world_size)}
     else:
-        stream = load_dataset(cache_dir, seq_length=3, seed=11, split="train", streaming=True)
         rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-        out = accelerate(stream, rank, world_size) if recipe == "accelerate" else trainer(stream, rank, world_size,
-                                                                                           out_dir)
-    path = os.path.join(out_dir, f"{recipe}.rank{rank}.json")
+        out = {"accelerate": accelerate(samples(corpus), rank, world_size),
+               "trainer": trainer(samples(corpus), rank, world_size, out_dir),
+               "mosaic-accelerate": mosaic_accelerate(mds_rows(), rank, world_size, out_dir)}
+    path = os.path.join(out_dir, f"{launcher}.rank{rank}.json")
     with open(path + ".tmp", "w") as f:
         json.dump(out, f)
     os.replace(path + ".tmp", path)

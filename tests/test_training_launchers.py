@@ -10,7 +10,8 @@ from the installed megatron-core wheel's copy of Megatron-LM's data_samplers.py)
 - ``accelerate launch`` of the Hugging Face Trainer over megatron_global_stream, resumed from
   its checkpoint, and given a rank stream (refused: accelerate would split it again).
 
-tests/launched_training.py is the per-process side. Three launches, about 20-45 s each here.
+tests/launched_training.py is the per-process side: one launch per launcher runs all of its
+recipes (about 40 and 70 s here).
 The in-process tests below check accelerate's IterableDatasetShard and the refusals without
 launching anything.
 """
@@ -75,12 +76,12 @@ def mds_corpus(corpus):
     return {**corpus, "folder": "mds", "positions": positions, "total": len(dataset), "dataset": dataset}
 
 
-def launch(corpus, recipe: str) -> list[dict]:
-    """Each rank's output of ``launched_training.py RECIPE`` started by its launcher."""
+def launch(corpus, launcher: str) -> list[dict]:
+    """Each rank's output of ``launched_training.py LAUNCHER`` started by its launcher."""
     root = corpus["root"]
-    script = [str(HERE / "launched_training.py"), recipe, str(root / corpus.get("folder", "corpus")), str(root)]
+    script = [str(HERE / "launched_training.py"), launcher, str(root), str(root)]
     bin_dir = Path(sys.executable).parent
-    if recipe in ("loop", "mosaic"):
+    if launcher == "torchrun":
         command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(WORLD_SIZE),
                    "--master_addr", "127.0.0.1", "--master_port", str(_free_port()), *script]
     else:
@@ -91,7 +92,22 @@ def launch(corpus, recipe: str) -> list[dict]:
            "PYTHONPATH": os.pathsep.join([str(HERE.parent), os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run(command, env=env, cwd=root, capture_output=True, text=True, timeout=LAUNCH_TIMEOUT)
     assert done.returncode == 0, done.stderr[-4000:]
-    return [json.loads((root / f"{recipe}.rank{r}.json").read_text()) for r in range(WORLD_SIZE)]
+    return [json.loads((root / f"{launcher}.rank{r}.json").read_text()) for r in range(WORLD_SIZE)]
+
+
+@pytest.fixture(scope="module")
+def launched(mds_corpus):
+    """``launched("torchrun")`` / ``launched("accelerate")``: each rank's output of every recipe
+    of that launcher, launched once for the tests that read it (a launch's start is most of
+    its time)."""
+    done = {}
+
+    def run(launcher: str) -> list[dict]:
+        if launcher not in done:
+            done[launcher] = launch(mds_corpus, launcher)
+        return done[launcher]
+
+    return run
 
 
 def positions(rows, corpus):
@@ -103,19 +119,20 @@ def expected(sampler_class, corpus, rank, steps=None):
     return order if steps is None else order[:steps * MICRO_BATCH]
 
 
-def test_torchrun_plain_loop_over_rank_streams_is_megatrons_order(corpus, sampler_class, torch):
-    for rank, out in enumerate(launch(corpus, "loop")):
+def test_torchrun_plain_loop_over_rank_streams_is_megatrons_order(corpus, launched, sampler_class, torch):
+    for rank, out in enumerate(r["loop"] for r in launched("torchrun")):
         for case in ("workers0", "workers2"):
             assert positions(out[case], corpus) == expected(sampler_class, corpus, rank, STEPS), (rank, case)
 
 
-def test_torchrun_loop_over_rank_streams_of_mosaicml_shards_is_megatrons_order(mds_corpus, sampler_class, torch):
-    for rank, out in enumerate(launch(mds_corpus, "loop")):
+def test_torchrun_loop_over_rank_streams_of_mosaicml_shards_is_megatrons_order(mds_corpus, launched, sampler_class,
+                                                                               torch):
+    for rank, out in enumerate(r["loop-mds"] for r in launched("torchrun")):
         for case in ("workers0", "workers2"):
             assert positions(out[case], mds_corpus) == expected(sampler_class, mds_corpus, rank, STEPS), (rank, case)
 
 
-def test_torchrun_loop_over_mosaic_rank_streams_is_streaming_datasets_order(mds_corpus, torch):
+def test_torchrun_loop_over_mosaic_rank_streams_is_streaming_datasets_order(mds_corpus, launched, torch):
     """Each of torchrun's 2 ranks (one node) reads, through 0 and 2 loader workers, two epochs of
     what StreamingDataset 0.13.0 (its own _resume and generate_work) deals that rank."""
     from launched_training import MOSAIC
@@ -137,7 +154,7 @@ def test_torchrun_loop_over_mosaic_rank_streams_is_streaming_datasets_order(mds_
     theirs = Theirs(their_dataset(streaming, Layout([str(root / "mds")], [[s["samples"] for s in index["shards"]]]),
                                   [StreamWeights()], settings))
     try:
-        for rank, out in enumerate(launch(mds_corpus, "mosaic")):
+        for rank, out in enumerate(r["mosaic"] for r in launched("torchrun")):
             for workers in (0, 2):
                 world = OrderWorld(1, WORLD_SIZE, max(workers, 1))
                 for epoch in (0, 1):
@@ -148,19 +165,69 @@ def test_torchrun_loop_over_mosaic_rank_streams_is_streaming_datasets_order(mds_
         theirs.release()
 
 
-def test_accelerate_prepare_of_a_global_stream_gives_each_process_megatrons_order(corpus, sampler_class, torch):
+def test_accelerate_and_the_trainer_over_a_mosaic_global_stream_give_each_process_streaming_datasets_order(
+        mds_corpus, launched, torch):
+    """``accelerate launch`` on 2 processes: accelerator.prepare of a loader over
+    mosaic_global_stream, dispatched and sharded, with 0 and 2 workers, two epochs; the HF
+    Trainer over it into epoch 1, and resumed from its checkpoint at step 2. Process p trains
+    on what StreamingDataset 0.13.0 deals rank p of 2 with as many workers, up to the first
+    step where a rank's batch is short."""
     pytest.importorskip("accelerate")
-    for rank, out in enumerate(launch(corpus, "accelerate")):
+    pytest.importorskip("transformers")
+    from launched_training import MOSAIC
+    from test_mosaic_order import Layout, Theirs, their_dataset
+    from test_training_mosaic_stream import expected_steps
+
+    import mosaic_oracle
+    from mmidx_builder.mosaic.order import OrderSettings, OrderWorld, StreamWeights
+
+    streaming = mosaic_oracle.streaming_or_skip()
+    root = mds_corpus["root"]
+    index = json.loads((root / "mds" / "index.json").read_text())
+    from datasets import load_dataset
+
+    rows = load_dataset(str(root / "mds"), token_column="tokens", split="train", cache_dir=str(root / "ours"))
+    sample_of = {row["input_ids"][0]: i for i, row in enumerate(rows)}
+    settings = OrderSettings(**MOSAIC)
+    batch = settings.batch_size
+    theirs = Theirs(their_dataset(streaming, Layout([str(root / "mds")], [[s["samples"] for s in index["shards"]]]),
+                                  [StreamWeights()], settings))
+    try:
+        want = {(workers, epoch): expected_steps(theirs, OrderWorld(1, WORLD_SIZE, max(workers, 1)), None, epoch, batch)
+                for workers in (0, 2) for epoch in (0, 1)}
+        for rank, out in enumerate(r["mosaic-accelerate"] for r in launched("accelerate")):
+            def ids(case):
+                return [sample_of[token] for token in case]
+
+            for workers in (0, 2):
+                for kind in ("dispatch", "shard"):
+                    for epoch in (0, 1):
+                        got = ids(out[f"{kind}-workers{workers}"][epoch])
+                        assert len(got) > 4 * batch and got == want[workers, epoch][rank], (rank, kind, workers, epoch)
+                per_epoch = out[f"trainer-steps-workers{workers}"]
+                assert per_epoch * batch == len(want[workers, 0][rank])
+                trained = want[workers, 0][rank] + want[workers, 1][rank][:2 * batch]
+                assert ids(out[f"trainer-workers{workers}"]) == trained, (rank, workers)
+            assert ids(out["trainer-resumed-workers2"]) == trained[2 * batch:], rank
+    finally:
+        theirs.release()
+
+
+def test_accelerate_prepare_of_a_global_stream_gives_each_process_megatrons_order(corpus, launched, sampler_class,
+                                                                                  torch):
+    pytest.importorskip("accelerate")
+    for rank, out in enumerate(r["accelerate"] for r in launched("accelerate")):
         want = expected(sampler_class, corpus, rank)
         assert len(want) > 20 * MICRO_BATCH
         for case in ("dispatch-workers0", "dispatch-workers2", "shard-workers0", "shard-workers2"):
             assert positions(out[case], corpus) == want, (rank, case)
 
 
-def test_hf_trainer_on_a_global_stream_trains_each_rank_on_megatrons_order_and_resumes(corpus, sampler_class, torch):
+def test_hf_trainer_on_a_global_stream_trains_each_rank_on_megatrons_order_and_resumes(corpus, launched, sampler_class,
+                                                                                       torch):
     pytest.importorskip("transformers")
     pytest.importorskip("accelerate")
-    for rank, out in enumerate(launch(corpus, "trainer")):
+    for rank, out in enumerate(r["trainer"] for r in launched("accelerate")):
         want = expected(sampler_class, corpus, rank, STEPS)
         assert positions(out["workers0"], corpus) == want, rank
         assert positions(out["workers2"], corpus) == want, rank
@@ -223,10 +290,10 @@ def test_a_mosaic_rank_stream_handed_to_accelerate_is_refused_with_the_fix(mds_c
     root = mds_corpus["root"]
     rows = load_dataset(str(root / "mds"), token_column="tokens", split="train", cache_dir=str(root / "ours"))
     ranked = mosaic_rank_stream(rows, 0, WORLD_SIZE, MICRO_BATCH, local_world_size=WORLD_SIZE)
-    with pytest.raises(ParameterError, match=r"splits it again over its 2 processes.*without preparing it"):
+    with pytest.raises(ParameterError, match=r"splits it again over its 2 processes.*mosaic_global_stream\(dataset, world_size=2, batch_size=2"):
         shard_rows(ranked, 0, 0, torch)
     shard = IterableDatasetShard(ranked, batch_size=MICRO_BATCH, num_processes=WORLD_SIZE, process_index=1)
-    with pytest.raises(ParameterError, match="without preparing it"):
+    with pytest.raises(ParameterError, match="mosaic_global_stream"):
         next(iter(shard))
     alone = IterableDatasetShard(mosaic_rank_stream(rows, 1, WORLD_SIZE, MICRO_BATCH, local_world_size=WORLD_SIZE),
                                  batch_size=MICRO_BATCH, num_processes=1, process_index=0)

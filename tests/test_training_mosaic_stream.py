@@ -71,6 +71,20 @@ def expected_ids(theirs: Theirs, world: OrderWorld, state, epoch: int, rank: int
     return in_dataloader_order([w.reshape(-1)[w.reshape(-1) != -1] for w in mine], batch_size)
 
 
+def expected_steps(theirs: Theirs, world: OrderWorld, state, epoch: int, batch_size: int) -> list[list[int]]:
+    """Each rank's ids in a DataLoader's order, cut where accelerate can deal them no further:
+    at the first step (a batch of every rank) where some rank's batch is short."""
+    _, work = theirs.epoch(world, state, epoch)
+    per_rank = []
+    for rank in range(world.num_ranks):
+        mine = work[rank // world.ranks_per_node, rank % world.ranks_per_node]
+        ids = [w.reshape(-1)[w.reshape(-1) != -1].tolist() for w in mine]
+        cut = [[i[k:k + batch_size] for k in range(0, len(i), batch_size)] for i in ids]
+        per_rank.append([b for turn in range(max(map(len, cut))) for b in (w[turn] for w in cut if turn < len(w))])
+    steps = min(next((s for s, b in enumerate(r) if len(b) < batch_size), len(r)) for r in per_rank)
+    return [[i for b in r[:steps] for i in b] for r in per_rank]
+
+
 CONFIGS = [  # weights, settings, (nodes, ranks per node), source
     ([StreamWeights(proportion=0.7), StreamWeights(proportion=0.3)],
      OrderSettings(shuffle=True, batch_size=3, shuffle_block_size=8, epoch_size=40), (2, 1), "arrow"),
@@ -222,3 +236,124 @@ def test_streams_by_folder_name_and_epochs_by_set_epoch(mosaic_streaming, layout
     by_list.sample_ids(3)
     assert loader_ids(by_name, 2, 0) == by_list.sample_ids(3).tolist()
     assert np.array_equal(by_name.sample_ids(4), np.array(loader_ids(by_name, 2, 0)))
+
+
+# --- mosaic_global_stream: every rank's batches, dealt out by accelerate ---------------------------
+
+def global_stream_of(dataset, settings: OrderSettings, weights, world: OrderWorld):
+    from mmidx_builder.training import mosaic_global_stream
+
+    kwargs = {name: getattr(settings, name) for name in ("shuffle", "shuffle_algo", "shuffle_seed", "shuffle_block_size",
+                                                         "num_canonical_nodes", "partition_algo", "sampling_method",
+                                                         "sampling_granularity", "batching_method", "epoch_size")}
+    return mosaic_global_stream(dataset, world_size=world.num_ranks, batch_size=settings.batch_size,
+                                local_world_size=world.ranks_per_node, streams=weights, **kwargs)
+
+
+def sharded_ids(stream, process: int, num_processes: int, batch_size: int, workers: int) -> list[int]:
+    """What accelerate's non-dispatching loader gives ``process`` (prepare_data_loader's
+    wrapping without a process group: IterableDatasetShard, then the process's DataLoader)."""
+    from accelerate.data_loader import IterableDatasetShard
+    from torch.utils.data import DataLoader
+
+    shard = IterableDatasetShard(stream, batch_size=batch_size, num_processes=num_processes, process_index=process)
+    shard.set_epoch(stream._epochs.next())
+    with quiet():
+        loader = DataLoader(shard, batch_size=batch_size, num_workers=workers,
+                            multiprocessing_context="fork" if workers else None)
+        return [int(i) for batch in loader for i in batch["id"]]
+
+
+def dispatched_ids(stream, num_processes: int, batch_size: int, workers: int, split: bool) -> list[list[int]]:
+    """What accelerate's DataLoaderDispatcher hands each process: process 0's loader read,
+    ``num_processes`` loader batches joined (or one of ``num_processes * batch_size`` rows,
+    split_batches) and cut in ``batch_size`` rows, process p taking the p-th. The dealing is
+    told to the stream as accelerate's set_epoch tells it (launchers.py reads it from the frame;
+    the launched test, tests/test_training_launchers.py, runs the real dispatcher)."""
+    from torch.utils.data import DataLoader
+
+    from mmidx_builder.training.launchers import Dealing
+
+    loader_batch = batch_size * (num_processes if split else 1)
+    stream._dealt(Dealing("dispatch", num_processes, 0, loader_batch, batch_size, batch_size * num_processes, split))
+    with quiet():
+        loader = DataLoader(stream, batch_size=loader_batch, num_workers=workers,
+                            multiprocessing_context="fork" if workers else None)
+        rows = [int(i) for batch in loader for i in batch["id"]]
+    step = batch_size * num_processes
+    assert len(rows) % step == 0
+    return [[i for s in range(0, len(rows), step) for i in rows[s + p * batch_size:s + (p + 1) * batch_size]]
+            for p in range(num_processes)]
+
+
+@pytest.mark.parametrize("weights, settings, shape, source", CONFIGS)
+def test_accelerate_gives_each_process_of_a_global_stream_streaming_datasets_batches(
+        mosaic_streaming, layout, loaded, weights, settings, shape, source):
+    """Sharded (IterableDatasetShard, in process) and dispatched, with and without
+    split_batches, 0 and 2 workers, two epochs: process p gets StreamingDataset's rank p's
+    batches on a world of as many workers, up to the first step where some rank's is short."""
+    pytest.importorskip("accelerate")
+    theirs = Theirs(their_dataset(mosaic_streaming, layout, weights or [StreamWeights()] * 2, settings))
+    batch = settings.batch_size
+    try:
+        for workers in (0, 2):
+            world = OrderWorld(*shape, max(workers, 1))
+            want = [expected_steps(theirs, world, None, epoch, batch) for epoch in (0, 1)]
+            assert all(len(ids) >= batch for ids in want[0])
+            for process in range(world.num_ranks):
+                stream = global_stream_of(loaded[source], settings, weights, world)
+                for epoch in (0, 1):
+                    stream.set_epoch(epoch)
+                    assert sharded_ids(stream, process, world.num_ranks, batch, workers) == want[epoch][process], \
+                        (workers, process, epoch)
+                assert stream.rank_sample_ids(1, process, max(workers, 1)).tolist() == want[1][process]
+            for split in (False, True):
+                stream = global_stream_of(loaded[source], settings, weights, world)
+                for epoch in (0, 1):
+                    stream.set_epoch(epoch)
+                    got = dispatched_ids(stream, world.num_ranks, batch, workers, split)
+                    assert got == want[epoch], (workers, split, epoch)
+    finally:
+        theirs.release()
+
+
+def test_a_global_stream_resumes_from_a_streaming_dataset_state_on_another_world(mosaic_streaming, layout, loaded):
+    """A Composer checkpoint's state taken on 2 nodes of 2 ranks, resumed by accelerate on 2
+    processes (2 nodes of 1): the rest of the epoch as StreamingDataset deals it there."""
+    pytest.importorskip("accelerate")
+    weights, settings, _, _, _ = RESUMED[0]
+    theirs = Theirs(their_dataset(mosaic_streaming, layout, weights, settings))
+    try:
+        state = theirs.state_dict(OrderWorld(2, 2), None, 0, 2 * settings.batch_size * 4, True)
+        world = OrderWorld(2, 1, 2)
+        want = expected_steps(theirs, world, state, 0, settings.batch_size)
+        stream = global_stream_of(loaded["arrow"], settings, weights, world)
+        stream.load_state_dict(state)
+        stream.set_epoch(0)
+        assert dispatched_ids(stream, 2, settings.batch_size, 2, False) == want
+        assert stream.state_dict(6) == theirs.state_dict(world, state, 0, 6, False)
+    finally:
+        theirs.release()
+
+
+def test_a_global_stream_misused_is_refused_with_the_fix(loaded):
+    pytest.importorskip("accelerate")
+    settings = OrderSettings(shuffle=True, batch_size=3)
+    world = OrderWorld(1, 2, 1)
+    stream = global_stream_of(loaded["arrow"], settings, None, world)
+    with pytest.raises(ParameterError, match=r"without accelerate dealing them out.*mosaic_rank_stream"):
+        next(iter(stream))
+    with pytest.raises(ParameterError, match="make it with world_size=3"):
+        sharded_ids(stream, 0, 3, 3, 0)
+    with pytest.raises(ParameterError, match=r"per_device_train_batch_size=6\)"):  # split_batches: 6 rows, 3 a process
+        from mmidx_builder.training.launchers import Dealing
+
+        stream._dealt(Dealing("dispatch", 2, 0, 3, 1, 3, True))
+    with pytest.raises(ParameterError, match="pass num_samples="):
+        stream.state_dict()
+    with pytest.raises(ParameterError, match="OrderSettings' fields"):
+        from mmidx_builder.training import mosaic_global_stream
+
+        mosaic_global_stream(loaded["arrow"], 2, 3, shuffle_sead=1)
+    alone = global_stream_of(loaded["arrow"], settings, None, OrderWorld(1, 1, 1))
+    assert [row["id"] for row in alone] == alone.rank_sample_ids(0, 0).tolist()

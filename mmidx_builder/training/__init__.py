@@ -10,6 +10,8 @@
     mosaic_rank_stream     MDS folders -> one rank's rows in the order of mosaicml-streaming's
                            StreamingDataset, for any num_workers, resuming from and to its
                            state dict (mosaic_stream.py)
+    mosaic_global_stream   every rank's rows in StreamingDataset's order, for accelerate and
+                           the HF Trainer (mosaic_global.py)
     megatron_global_stream every rank's rows in Megatron's global order, for accelerate and the
                            HF Trainer, which deal each process its MegatronPretrainingSampler
                            rows (global_stream.py; launchers.py: how accelerate deals)
@@ -24,8 +26,10 @@ so ``import mmidx_builder`` works without it.
 
 from __future__ import annotations
 
-__all__ = ["ArrowRows", "FairseqCollater", "MegatronCollator", "MegatronGlobalStream", "MegatronRankStream", "MosaicRankStream",
-           "arrow_rows", "megatron_global_stream", "megatron_rank_stream", "mosaic_rank_stream", "numpy_batches"]
+__all__ = ["ArrowRows", "FairseqCollater", "MegatronCollator", "MegatronGlobalStream", "MegatronRankStream", "MosaicGlobalStream",
+           "MosaicRankStream",
+           "arrow_rows", "megatron_global_stream", "megatron_rank_stream", "mosaic_global_stream",
+           "mosaic_rank_stream", "numpy_batches"]
 
 
 def __getattr__(name: str):
@@ -45,6 +49,10 @@ def __getattr__(name: str):
         from . import mosaic_stream
 
         return getattr(mosaic_stream, name)
+    if name in ("MosaicGlobalStream", "mosaic_global_stream"):
+        from . import mosaic_global
+
+        return getattr(mosaic_global, name)
     if name in ("MegatronGlobalStream", "megatron_global_stream"):
         from . import global_stream
 

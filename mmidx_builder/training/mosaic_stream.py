@@ -32,7 +32,8 @@ loader's whole state combines them into StreamingDataset's dict. A state is load
 
 Launchers. As megatron_rank_stream: for a loop of one's own (torchrun). accelerate (and the HF
 Trainer) deals a stream's batches out to its processes itself; this stream is one rank's
-already, so on several processes it is refused (launchers.py), with what to do instead.
+already, so on several processes it is refused (launchers.py): they take
+mosaic_global_stream (mosaic_global.py), every rank's batches.
 """
 
 from __future__ import annotations
@@ -162,10 +163,10 @@ class MosaicRankStream(torch.utils.data.IterableDataset):
             raise ParameterError(
                 f"a mosaic_rank_stream (rank={self.rank}, world_size={self.world_size}) was handed to accelerate "
                 f"(accelerator.prepare or the Hugging Face Trainer), which splits it again over its "
-                f"{dealing.num_processes} processes: ranks would train on other ranks' samples. Iterate "
-                f"DataLoader(stream, batch_size={self.batch_size}) without preparing it (accelerator.prepare the "
-                "model and optimizer only; with the Trainer, override get_train_dataloader to return that loader), "
-                "in a loop of your own launched by torchrun or accelerate launch")
+                f"{dealing.num_processes} processes: ranks would train on other ranks' samples. Hand accelerate "
+                f"(or the Trainer) mosaic_global_stream(dataset, world_size={dealing.num_processes}, "
+                f"batch_size={self.batch_size}, ...the same settings), which holds every rank's batches; or iterate "
+                "this stream's DataLoader unprepared in a loop of your own (torchrun)")
 
     def __iter__(self):
         # Both read the caller's frame: first, before any other call (launchers.py, _loader_batch_size).
