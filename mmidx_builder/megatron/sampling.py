@@ -440,8 +440,10 @@ def load_or_build_indices(sequence_lengths, *, cache_dir: str | os.PathLike | No
     """:func:`build_indices`, cached in ``cache_dir`` (None: no cache). A build that takes more
     than a couple of seconds shows a progress bar named ``label`` (progress.Steps).
 
-    The key hashes ``identity`` (the caller's description of the index files: paths, sizes,
-    mtimes), the lengths themselves and every parameter. Arrays are written with
+    The key hashes ``identity`` (the caller's description of what the lengths are read from:
+    for a pair its ``.idx``, not its ``.bin``, token_source.lengths_identity), the lengths
+    themselves and every parameter: the indices are a function of the lengths and the
+    settings alone. Arrays are written with
     ``allow_pickle=False`` under temporary names and renamed, the small meta file last, so
     two processes building at once both succeed and a reader never sees half a cache. A hit
     returns read-only memory maps. A cache that cannot be written is skipped with a warning.

@@ -22,7 +22,7 @@ import numpy as np
 from . import sampling
 from ..dtypes import cast_tokens, common_token_dtype
 from ..errors import ParameterError
-from ..sources.token_source import SequenceRange, TokenSource
+from ..sources.token_source import SequenceRange, TokenSource, lengths_identity
 from ..storage.remote import concurrently
 from .plan import SplitPlan, normalize, per_dataset_size, sequence_range
 from .blending_indices import BlendingIndices, load_or_build_blending_indices
@@ -77,7 +77,7 @@ def build_split(plan: SplitPlan, sources: dict[str, TokenSource], *, seq_length:
         ranged = _part_source(plan, part, sources[part.prefix], part.prefix)
         try:
             indices = sampling.load_or_build_indices(
-                ranged.sequence_lengths, cache_dir=cache_dir, identity=ranged.identity, seq_length=seq_length,
+                ranged.sequence_lengths, cache_dir=cache_dir, identity=lengths_identity(ranged), seq_length=seq_length,
                 seed=seed, num_samples=part.num_samples, add_extra_token=add_extra_token,
                 label=f"{part.prefix} ({plan.name})")
         except ParameterError as error:

@@ -203,6 +203,10 @@ class IndexedFile:
                 record.save()
         self.identities = (index.identity, getattr(bin_reader, "identity", None) or file_identity(bin_path))
         self.identity = combined_identity("mmidx", list(self.identities))
+        # What the lengths (and so the sampling indices) come from: the .idx alone. A write to
+        # the .bin that keeps its size changes no length; one that changes its size is refused
+        # above (the size is checked against the index's token count at every open).
+        self.lengths_identity = combined_identity("mmidx-index", [self.identities[0]])
 
     @property
     def remote(self) -> bool:
@@ -541,7 +545,8 @@ def _reopen(prefix, idx_path, bin_path, opener, identities, cache_dir=None) -> I
 
 
 # Bump when what an opening record holds changes. 2: its arrays packed in one file.
-_RECORD_FORMAT = 2
+# 3: keyed by the .idx's identity alone (the .bin's size is checked at each load).
+_RECORD_FORMAT = 3
 _RECORD_ARRAYS = ("lengths", "block_starts", "offsets")
 
 
@@ -556,9 +561,10 @@ class OpeningRecord:
     """A pair validated once per file identity, its arrays shared by every process.
 
     The whole-index validation (every length and pointer, every document index: O(N) reads of
-    the ``.idx``) runs once for a given identity of both files: device, inode, size, mtime and
-    ctime in ns (the path is not in it: another spelling of the same file finds the record).
-    Its outcome is written into the index cache beside the sampling indices (array_cache: the
+    the ``.idx``) runs once for a given identity of the ``.idx``: device, inode, size, mtime and
+    ctime in ns (the path is not in it: another spelling of the same file finds the record; the
+    ``.bin`` is not in it either: nothing recorded is read from it, and its size is checked
+    against the recorded token count at every load). Its outcome is written into the index cache beside the sampling indices (array_cache: the
     meta file holds the header's numbers, the token count and the lengths' fingerprint; the
     arrays are the sequence lengths and where each sequence starts). A later opening of files
     with that identity checks the header against the record and the ``.bin``'s size against
@@ -577,10 +583,12 @@ class OpeningRecord:
         self.indexed = indexed
         self.cache_dir = cache_dir
         idx_stat = os.fstat(indexed._index._fd)
-        bin_stat = os.fstat(indexed._bin._file._fd)
         self._idx_stat = idx_stat
-        signatures = [array_cache._signature(idx_stat), array_cache._signature(bin_stat)]
-        key = hashlib.sha256(f"{_RECORD_FORMAT}|{'|'.join(signatures)}".encode()).hexdigest()[:32]
+        # Keyed by the .idx alone: what is recorded (the header's numbers, the lengths, the
+        # starts) is read from it. The .bin is checked against it at every load (its size
+        # against the token count), so a write to the .bin that keeps its size validates
+        # nothing again, and one that does not is refused (load).
+        key = hashlib.sha256(f"{_RECORD_FORMAT}|{array_cache._signature(idx_stat)}".encode()).hexdigest()[:32]
         # The three arrays in one file (array_cache packs them): one map and one stat an open.
         self.paths = {name: os.path.join(cache_dir, f"opened-{key}-arrays.npy") for name in _RECORD_ARRAYS}
         self.meta_path = os.path.join(cache_dir, f"opened-{key}-meta.json")

@@ -217,6 +217,20 @@ class SequenceRange:
         return self.source.read_pieces(sequence_ids + self.begin, offsets, lengths, out)
 
 
+def lengths_identity(source) -> str:
+    """What a source's sequence lengths are read from, through concatenations and ranges: a
+    pair's ``.idx`` alone (IndexedFile.lengths_identity), not its ``.bin``, whose bytes change
+    no length; any other source's whole identity. Keys the sampling indices (with the lengths'
+    own digest and the settings), so a write to a ``.bin`` that keeps its size rebuilds none."""
+    if isinstance(source, Concatenated):
+        if len(source.parts) == 1:
+            return lengths_identity(source.parts[0])
+        return combined_identity("concatenated", [lengths_identity(p) for p in source.parts])
+    if isinstance(source, SequenceRange):
+        return f"{lengths_identity(source.source)}[{source.begin}:{source.end}]"
+    return getattr(source, "lengths_identity", None) or source.identity
+
+
 def file_identities(source) -> list[str]:
     """The identities (``_io.stat_identity``) of the local files a source opened: a source's
     ``identities``, through concatenations and ranges."""
@@ -275,4 +289,4 @@ def check_still_named(source) -> None:
 
 
 __all__ = ["Concatenated", "SequenceRange", "TokenSource", "check_opened", "check_pieces", "check_still_named",
-           "combined_identity", "file_identities", "first_bad", "lengths_fingerprint"]
+           "combined_identity", "file_identities", "first_bad", "lengths_fingerprint", "lengths_identity"]

@@ -1,0 +1,100 @@
+"""What invalidates which index cache (issue 43, item 3; docs/reliability.md).
+
+The sampling indices and an opened pair's record are read from the ``.idx`` alone: a write to
+the ``.bin`` that keeps its size rebuilds neither (before, any write to the ``.bin`` moved its
+ctime, so its identity, and validated the ``.idx`` and built every index again, ~40 s and 2.6
+GB at 200M documents), while a changed ``.idx`` builds them again and a ``.bin`` of the wrong
+size is still refused at open, naming the file and both sizes.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+import mmidx_builder  # noqa: F401  registers the builders
+from mmidx_builder.errors import FormatError
+from mmidx_builder.megatron import sampling
+from mmidx_builder.sources.indexed import IndexedFile, write_documents
+from mmidx_builder.storage import array_cache
+
+SEQ = 8
+
+
+@pytest.fixture
+def counted(monkeypatch):
+    """Counts index builds and whole-``.idx`` validations; files are trusted by stat at once
+    (no 2 s settling wait: array_cache.SETTLE_SECONDS)."""
+    monkeypatch.setattr(array_cache, "SETTLE_SECONDS", -1.0)
+    counts = {"builds": 0, "validations": 0}
+    build, validate = sampling.build_indices, IndexedFile._validate
+
+    def counting_build(*args, **kwargs):
+        counts["builds"] += 1
+        return build(*args, **kwargs)
+
+    def counting_validate(self, *args, **kwargs):
+        counts["validations"] += 1
+        return validate(self, *args, **kwargs)
+
+    monkeypatch.setattr(sampling, "build_indices", counting_build)
+    monkeypatch.setattr(IndexedFile, "_validate", counting_validate)
+    return counts
+
+
+def _write(prefix: str, lengths, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    write_documents(prefix, [rng.integers(1, 60000, n) for n in lengths], dtype=np.uint16)
+
+
+def _first_rows(tmp_path, prefixes, count: int = 5) -> list[list[int]]:
+    from datasets import load_dataset
+
+    stream = load_dataset("mmidx", data_path=prefixes, split_ratios="80,15,5", seq_length=SEQ, seed=7,
+                          streaming=True, split="train", cache_dir=str(tmp_path / "hf"),
+                          index_cache_dir=str(tmp_path / "indices"))
+    return [list(row["input_ids"]) for _, row in zip(range(count), stream)]
+
+
+def test_a_same_size_write_to_the_bin_rebuilds_nothing_a_changed_idx_rebuilds(tmp_path, counted):
+    prefixes = [str(tmp_path / f"p{i}_text_document") for i in range(2)]
+    for i, prefix in enumerate(prefixes):
+        _write(prefix, [5, 17, 0, 9, 30, 3, 11] * (6 + i), seed=i)
+    _first_rows(tmp_path, prefixes)
+    first_builds = counted["builds"]
+    assert counted["validations"] == 2 and first_builds >= 2  # each .idx once; each prefix's split(s)
+
+    # Rewrite the first .bin in place with other tokens, keeping its size (ctime moves).
+    size = os.path.getsize(prefixes[0] + ".bin")
+    with open(prefixes[0] + ".bin", "r+b") as f:
+        f.write(np.arange(size // 2, dtype="<u2").tobytes())
+    counted.update(builds=0, validations=0)
+    rows = _first_rows(tmp_path, prefixes)
+    assert counted == {"builds": 0, "validations": 0}
+    # ... and the rows hold the new bytes: those of a load with caches of its own.
+    assert rows == _first_rows(tmp_path / "fresh", prefixes)
+
+    # Another .idx (other lengths, the same token count): validated and sampled again.
+    old_lengths = IndexedFile.open(prefixes[0]).sequence_lengths.tolist()
+    new_lengths = old_lengths[::-1]
+    _write(prefixes[0], new_lengths, seed=9)
+    counted.update(builds=0, validations=0)
+    _first_rows(tmp_path, prefixes)
+    assert counted == {"builds": first_builds // 2, "validations": 1}  # the first prefix's, again
+
+
+@pytest.mark.parametrize("change", [-2, 2], ids=["truncated", "grown"])
+def test_a_bin_of_another_size_is_refused_at_a_warm_open_naming_it_and_both_sizes(tmp_path, counted, change):
+    prefixes = [str(tmp_path / f"p{i}_text_document") for i in range(2)]
+    for i, prefix in enumerate(prefixes):
+        _write(prefix, [5, 17, 0, 9, 30, 3, 11] * 6, seed=i)
+    _first_rows(tmp_path, prefixes)
+    size = os.path.getsize(prefixes[1] + ".bin")
+    os.truncate(prefixes[1] + ".bin", size + change)
+    with pytest.raises(FormatError) as caught:
+        _first_rows(tmp_path, prefixes)
+    assert caught.value.path == prefixes[1] + ".bin"
+    assert f"{size} bytes" in str(caught.value) and f"{size + change} bytes" in str(caught.value)
+    assert counted["validations"] == 2  # the record was used (a warm open), and still refused it
