@@ -227,8 +227,22 @@ class BaseBuilder(datasets.ArrowBasedBuilder):
 
     # --- the same for every kind -----------------------------------------------------------
 
+    def as_streaming_dataset(self, split=None, *args, **kwargs):
+        # datasets makes every split's generator before it picks the one asked for; here a
+        # stream of one named split opens and samples that split alone (_split_generators):
+        # with Megatron's "969,30,1" the validation and test indices of every prefix of a
+        # blend were built (and checked) for a train stream that never reads them.
+        self._requested_split = None if split is None else str(split)
+        try:
+            return super().as_streaming_dataset(split, *args, **kwargs)
+        finally:
+            self._requested_split = None
+
     def _split_generators(self, dl_manager):
         plans = self._plans(dl_manager)
+        requested = getattr(self, "_requested_split", None)
+        if any(plan.split == requested for plan in plans):  # else (a slice, "all"): every split
+            plans = [plan for plan in plans if plan.split == requested]
         # all_checks: the card's sha256 of every file downloaded, before any is opened.
         verify_against_card(dl_manager, self.base_path)
         generators, features, rows = [], [], 0

@@ -200,17 +200,28 @@ class MMIdxMegatron(GPTSamplesBuilder):
                            identity, split_plan=plan, with_dataset_id=with_dataset_id, **{**settings, **override})
 
         made = [plan_of(name, plan) for name, plan in plans.items()]
-        if settings["dtype"] is None and len(made) > 1:
+        if settings["dtype"] is None and len({plan.read_paths for plan in made}) > 1:
             # Per-split blends of different token dtypes (megatron-core builds them): one dtype holding
-            # all. Reading their .idx headers opens them: the card's sha256 check first (cheap:
-            # it compares what the download manager recorded), as the base class does.
+            # all. (Splits of one blend share its files, so their dtype.) Reading the .idx headers
+            # opens the pairs: the card's sha256 check first (cheap: it compares what the download
+            # manager recorded), as the base class does.
             verify_against_card(dl_manager, self.base_path)
-            dtypes = [opened_split(type(self).open_plan, plan, self._remote()).features["input_ids"].feature.dtype
-                      for plan in made]
+            dtypes = [self._split_dtype(plan) for plan in made]
             if len(set(dtypes)) > 1:
                 dtype = common_token_dtype(dtypes, names=[f"split {name!r}" for name in plans])
                 made = [plan_of(name, plan, dtype=dtype.name) for name, plan in plans.items()]
         return made
+
+    def _split_dtype(self, plan: Plan) -> str:
+        """The token dtype of a split's samples, from its pairs' headers: opened (and kept for
+        the split's opening, opened_files) but not sampled, so a stream of one split builds
+        no other split's indices. MosaicML prefixes: the split opened as it will be read."""
+        if any(kind == MOSAIC_PREFIX for _, kind, _ in plan.read_paths):
+            return opened_split(type(self).open_plan, plan, self._remote()).features["input_ids"].feature.dtype
+        opened = indexed_files([(idx_path, bin_path) for _, bin_path, idx_path in plan.read_paths], self._remote(),
+                               plan["index_cache_dir"])
+        self.__dict__.setdefault("_held_pairs", []).extend(opened)  # open until the splits take them
+        return common_token_dtype([f.dtype for f in opened], [prefix for prefix, _, _ in plan.read_paths]).name
 
     def _order(self, plan) -> dict:
         split = plan["split_plan"]

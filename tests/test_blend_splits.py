@@ -1,0 +1,108 @@
+"""A blend split three ways opens each prefix once, samples only the splits asked for, and
+builds its prefixes' indices in parallel (issue 43, item 1).
+
+Before, ``load_dataset(..., data_path=blend, split_ratios="969,30,1", split="train",
+streaming=True)`` opened every prefix once per split and built (or checked) the validation
+and test indices of every prefix too: 3,000 opens for a 1,000-prefix blend. Counted here, not
+timed; the samples themselves are compared with megatron-core in test_megatron_builder.py.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import threading
+
+import numpy as np
+import pytest
+
+import mmidx_builder  # noqa: F401  registers the builders
+from mmidx_builder.megatron import sampling, splits
+from mmidx_builder.sources.indexed import IndexedFile, write_documents
+
+PREFIXES = 4
+SEQ = 16
+
+
+@pytest.fixture(scope="module")
+def blend(tmp_path_factory):
+    """Four prefixes of uneven size (1,201 to 3,901 documents, one empty), weights 1..4."""
+    folder = tmp_path_factory.mktemp("blend3")
+    rng = np.random.default_rng(43)
+    prefixes = []
+    for i in range(PREFIXES):
+        lengths = rng.integers(1, 60, size=1201 + 900 * i)
+        lengths[i] = 0
+        prefix = str(folder / f"part{i}_text_document")
+        write_documents(prefix, [rng.integers(0, 65535, n) for n in lengths], dtype=np.uint16)
+        prefixes.append(prefix)
+    return prefixes
+
+
+@pytest.fixture
+def counted(monkeypatch):
+    opens, builds = collections.Counter(), collections.Counter()
+    init, build = IndexedFile.__init__, sampling.build_indices
+
+    def counting_init(self, prefix, *args, **kwargs):
+        opens[os.path.basename(prefix)] += 1
+        return init(self, prefix, *args, **kwargs)
+
+    def counting_build(sizes, *args, **kwargs):
+        builds[len(sizes)] += 1
+        return build(sizes, *args, **kwargs)
+
+    monkeypatch.setattr(IndexedFile, "__init__", counting_init)
+    monkeypatch.setattr(sampling, "build_indices", counting_build)
+    return opens, builds
+
+
+def _load(prefixes, cache, **options):
+    from datasets import load_dataset
+
+    data_path = [token for i, p in enumerate(prefixes) for token in (str(i + 1), p)]
+    return load_dataset("mmidx", data_path=data_path, split_ratios="969,30,1", seq_length=SEQ, seed=5,
+                        num_samples={"train": 400, "validation": 20, "test": 5}, streaming=True,
+                        cache_dir=str(cache / "hf"), index_cache_dir=str(cache / "indices"), **options)
+
+
+def _rows(stream, count: int = 30) -> list[tuple]:
+    return [(row["dataset_id"], tuple(row["input_ids"])) for _, row in zip(range(count), stream)]
+
+
+def test_a_train_stream_opens_each_prefix_once_and_builds_only_the_train_indices(blend, tmp_path, counted):
+    opens, builds = counted
+    train = _rows(_load(blend, tmp_path, split="train"))
+    assert sorted(opens.values()) == [1] * PREFIXES  # not 3 each
+    assert sum(builds.values()) == PREFIXES  # the train split of each prefix, nothing else
+    opens.clear()
+    builds.clear()
+    every = _load(blend, tmp_path / "all")  # every split: still each prefix once
+    assert _rows(every["train"]) == train
+    assert sorted(opens.values()) == [1] * PREFIXES
+    assert sum(builds.values()) == 3 * PREFIXES
+    assert len(_rows(every["test"], 5)) == 5
+
+
+def test_the_prefixes_of_a_split_are_built_at_once(blend, tmp_path, monkeypatch):
+    """Two builds must be under way together (a barrier both must reach), with 2 threads
+    whatever the machine's cores."""
+    monkeypatch.setattr(splits, "_workers", lambda: 2)
+    both = threading.Barrier(2, timeout=10)
+    met = []
+    build = sampling.build_indices
+
+    def meeting_build(*args, **kwargs):
+        try:
+            both.wait()
+            met.append(True)
+        except threading.BrokenBarrierError:  # the last one, alone
+            pass
+        return build(*args, **kwargs)
+
+    monkeypatch.setattr(sampling, "build_indices", meeting_build)
+    parallel = _rows(_load(blend, tmp_path, split="train"))
+    assert len(met) >= 2
+    monkeypatch.setattr(splits, "_workers", lambda: 1)
+    monkeypatch.setattr(sampling, "build_indices", build)
+    assert _rows(_load(blend, tmp_path / "serial", split="train")) == parallel
