@@ -2,6 +2,7 @@
 blends of hundreds of prefixes, side by side in one run.
 
     .venv/bin/python benchmarks/bench_scale.py [--documents 10e6] [--blend 200x20000]
+        [--uneven-blend 1000x1e3-2e6] [--split 969,30,1]
         [--seq-length 4096] [--consumed 20e6] [--workers 2] [--workdir /tmp/scale-bench] [--keep]
 
 Each corpus is a real ``.idx`` of N documents with lognormal lengths (median 500 tokens,
@@ -9,7 +10,11 @@ sigma 0.6: ~600 tokens a document, as the issue's 200M-document corpus of 119.7B
 beside a sparse ``.bin`` (truncated to its size: the index work, memory and open files
 behave as on the real corpus, the tokens read are zeros). ``--documents`` takes a list
 (``10e6,50e6,200e6``); ``--blend PxN`` a blend of P prefixes of N documents each (also a
-list). Every figure is measured in a fresh subprocess (clean time and memory), after its
+list); ``--uneven-blend PxLOW-HIGH`` a blend of P prefixes of LOW to HIGH documents
+(log-uniform), split ``--split`` (Megatron's "969,30,1") and read as its train stream, each
+side's cold build, warm open and resume the best of 3 with the sides taking turns, the
+1-minute load printed beside each figure, and the counts the load does not move: pairs opened
+and datasets sampled. Every figure is measured in a fresh subprocess (clean time and memory), after its
 imports; the two sides build the same samples (GPTDataset through
 BlendedMegatronDatasetBuilder as pretrain_gpt.py builds it; ``load_dataset("mmidx", ...,
 streaming=True)`` here), seq_length 4096, one epoch, seed 1234:
@@ -138,6 +143,47 @@ def _workers_pss(dataset, batch_size: int, workers: int) -> list[int]:
     return found
 
 
+def _count_ours() -> dict:
+    """Counters the child fills while it opens: pairs opened (IndexedFile made) and datasets
+    sampled (sampling indices built or loaded from the cache). Counts are not moved by the load."""
+    from mmidx_builder.megatron import sampling
+    from mmidx_builder.sources.indexed import IndexedFile
+
+    counts = {"opens": 0, "sampled": 0}
+    init, load = IndexedFile.__init__, sampling.load_or_build_indices
+
+    def counting_init(self, *args, **kwargs):
+        counts["opens"] += 1
+        init(self, *args, **kwargs)
+
+    def counting_load(*args, **kwargs):
+        counts["sampled"] += 1
+        return load(*args, **kwargs)
+
+    IndexedFile.__init__, sampling.load_or_build_indices = counting_init, counting_load
+    return counts
+
+
+def _count_megatron() -> dict:
+    """The same counters on megatron-core's side: IndexedDataset made, GPTDataset made."""
+    from megatron.core.datasets.gpt_dataset import GPTDataset
+    from megatron.core.datasets.indexed_dataset import IndexedDataset
+
+    counts = {"opens": 0, "sampled": 0}
+    indexed_init, gpt_init = IndexedDataset.__init__, GPTDataset.__init__
+
+    def counting_indexed(self, *args, **kwargs):
+        counts["opens"] += 1
+        indexed_init(self, *args, **kwargs)
+
+    def counting_gpt(self, *args, **kwargs):
+        counts["sampled"] += 1
+        gpt_init(self, *args, **kwargs)
+
+    IndexedDataset.__init__, GPTDataset.__init__ = counting_indexed, counting_gpt
+    return counts
+
+
 def child_ours(spec: dict) -> dict:
     import warnings
 
@@ -153,14 +199,19 @@ def child_ours(spec: dict) -> dict:
     from mmidx_builder.training.rank_stream import megatron_rank_stream
 
     disable_progress_bar()
+    counts = _count_ours()
     prefixes = spec["prefixes"]
     common = dict(seq_length=spec["seq_length"], seed=SEED, streaming=True, split="train",
                   cache_dir=spec["hf_cache"], index_cache_dir=spec["index_cache"])
     start = time.perf_counter()
     if len(prefixes) == 1:
         stream = load_dataset("mmidx", data_files={"train": [prefixes[0] + ".bin"]}, **common)
+    elif spec.get("weights"):  # a run's blend: weighted, a size for every split (pretrain_gpt.py's)
+        data_path = [token for w, p in zip(spec["weights"], prefixes) for token in (str(w), p)]
+        stream = load_dataset("mmidx", data_path=data_path, split_ratios=spec["split"],
+                              num_samples=dict(zip(("train", "validation", "test"), spec["sizes"])), **common)
     else:
-        stream = load_dataset("mmidx", data_path=prefixes, split_ratios="100,0,0",
+        stream = load_dataset("mmidx", data_path=prefixes, split_ratios=spec.get("split", "100,0,0"),
                               num_samples={"train": spec["num_samples"]}, **common)
     result = {}
     if spec["what"] == "resume":
@@ -171,6 +222,7 @@ def child_ours(spec: dict) -> dict:
         row = next(iterator)
     result["seconds"] = time.perf_counter() - start
     result["row_tokens"] = len(row["input_ids"])
+    result.update(counts)
     result["fds"] = _fds()
     result["peak"] = _peak()
     result["rows"] = int(megatron_rank_stream(stream, 0, 1, 1).total_samples)
@@ -201,16 +253,18 @@ def child_megatron(spec: dict) -> dict:
         import resource
 
         resource.setrlimit(resource.RLIMIT_NOFILE, (resource.getrlimit(resource.RLIMIT_NOFILE)[1],) * 2)
+    counts = _count_megatron()
     start = time.perf_counter()
     config = GPTDatasetConfig(random_seed=SEED, sequence_length=spec["seq_length"], tokenizer=Tokenizer(),
-                              path_to_cache=spec["index_cache"], blend=(prefixes, None), split="100,0,0",
+                              path_to_cache=spec["index_cache"], blend=(prefixes, spec.get("weights")),
+                              split=spec.get("split", "100,0,0"),
                               reset_position_ids=False, reset_attention_mask=False, eod_mask_loss=False)
-    sizes = [spec["num_samples"] if len(prefixes) > 1 else None, None, None]
+    sizes = spec.get("sizes") or [spec["num_samples"] if len(prefixes) > 1 else None, None, None]
     dataset = BlendedMegatronDatasetBuilder(GPTDataset, sizes, lambda: True, config).build()[0]
     index = spec["consumed"] if spec["what"] == "resume" else 0
     row = dataset[index]
     result = {"seconds": time.perf_counter() - start, "row_tokens": len(row["tokens"]), "fds": _fds(),
-              "peak": _peak(), "rows": len(dataset)}
+              "peak": _peak(), "rows": len(dataset), **counts}
     if spec["what"] == "workers":
         result["pss"] = _workers_pss(dataset, 4, spec["workers"])
         result["rank_pss"] = _pss_anon(os.getpid())
@@ -239,6 +293,7 @@ def run_child(side: str, spec: dict) -> dict:
         return {"error": f"exit {done.returncode}: " + " | ".join(tail)}
     result = json.loads(lines[-1])
     result["exit_tracebacks"] = done.stderr.count("Exception ignored")
+    result["load"] = os.getloadavg()[0]  # the 1-minute load when it ended, printed beside its figure
     return result
 
 
@@ -252,6 +307,23 @@ def best_of(runs: int, side: str, spec: dict) -> dict:
     results = [run_child(side, spec) for _ in range(runs)]
     failed = [r for r in results if "error" in r]
     return failed[0] if failed else min(results, key=lambda r: r["seconds"])
+
+
+def interleaved_best(runs: int, sides: list[str], spec_of, before=None) -> dict:
+    """Each side's fastest of ``runs`` measurements, the sides taking turns (ours, megatron-core,
+    ours, ...) so that a change of the machine's load falls on both; ``before(side)`` runs
+    before each measurement (e.g. removing the caches for a cold build)."""
+    results = {side: [] for side in sides}
+    for _ in range(runs):
+        for side in sides:
+            if before is not None:
+                before(side)
+            results[side].append(run_child(side, spec_of(side)))
+    best = {}
+    for side, found in results.items():
+        failed = [r for r in found if "error" in r]
+        best[side] = failed[0] if failed else min(found, key=lambda r: r["seconds"])
+    return best
 
 
 # --- the table ----------------------------------------------------------------------------------
@@ -404,10 +476,86 @@ def measure(name: str, prefixes: list[str], args, megatron: bool, scratch: str,
     return rows, {"documents": None, "found": found, "num_samples": num_samples}
 
 
+def uneven_sizes(count: int, low: int, high: int) -> list[int]:
+    """``count`` document counts from ``low`` to ``high``, log-uniform (seeded): a few large
+    prefixes and many small ones, as a pretraining blend of sources has."""
+    rng = np.random.default_rng(43)
+    sizes = np.rint(np.exp(rng.uniform(np.log(low), np.log(high), count))).astype(int)
+    sizes[0], sizes[-1] = low, high  # both ends present
+    return sizes.tolist()
+
+
+def _with_load(result: dict, field: str, unit: str) -> str:
+    value = result.get(field) if result else None
+    if value is None:
+        return "-"
+    load = result.get("load")
+    return _fmt(value, unit) + (f" (load {load:.2f})" if load is not None else "")
+
+
+def measure_splits(name: str, prefixes: list[str], args, megatron: bool, scratch: str) -> list[tuple]:
+    """A blend split as Megatron runs split it (``args.split``), its train stream: cold, warm and
+    resume each side's best of WARM_RUNS, the sides taking turns, the load beside each figure;
+    and the counts the load does not move (pairs opened, datasets sampled, files open)."""
+    counts = [os.path.getsize(p + ".bin") // 2 for p in prefixes]
+    # Weighted by tokens, a size for every split, as pretrain_gpt.py gives megatron-core's builder
+    # (--train-samples, --eval-iters); train asks for 90% of the train range's samples (one epoch
+    # of every prefix with Megatron's 0.5% surplus).
+    weights = [c / sum(counts) for c in counts]
+    num_samples = int(0.9 * (sum(counts) - 1) // args.seq_length)
+    sizes = [num_samples, max(1, num_samples // 100), max(1, num_samples // 1000)]
+    consumed = min(int(args.consumed), num_samples // 2)
+    sides = ["ours"] + (["megatron"] if megatron else [])
+    caches = {side: (os.path.join(scratch, f"{side}-hf"), os.path.join(scratch, f"{side}-indices")) for side in sides}
+
+    def spec_of(what):
+        return lambda side: dict(prefixes=prefixes, seq_length=args.seq_length, hf_cache=caches[side][0],
+                                 index_cache=caches[side][1], num_samples=num_samples, consumed=consumed,
+                                 workers=args.workers, split=args.split, what=what, weights=weights, sizes=sizes,
+                                 raise_nofile=side == "megatron" and args.raise_peer_nofile)
+
+    def clear(side):
+        for folder in caches[side]:
+            shutil.rmtree(folder, ignore_errors=True)
+        os.sync()  # neither side's cold build pays for writing back the other's caches
+
+    print(f"  {name}: cold builds, the sides taking turns ...", file=sys.stderr, flush=True)
+    cold = interleaved_best(WARM_RUNS, sides, spec_of("first"), before=clear)
+    warm1 = {side: run_child(side, spec_of("first")(side)) for side in sides}
+    time.sleep(2.5)  # a cache younger than 2 s is checked in full (docs/reliability.md)
+    print(f"  {name}: warm opens and resumes ...", file=sys.stderr, flush=True)
+    warm = interleaved_best(WARM_RUNS, sides, spec_of("first"))
+    resume = interleaved_best(WARM_RUNS, sides, spec_of("resume"))
+    for key, found in (("cold", cold), ("warm1", warm1), ("warm", warm), ("resume", resume)):
+        for side, value in found.items():
+            if "error" in value:
+                print(f"  {name} {side} {key}: {value['error']}", file=sys.stderr)
+    rows = []
+
+    def row(label, found, field, unit):
+        ours, theirs = found.get("ours", {}), found.get("megatron", {})
+        rows.append((name, label, _with_load(ours, field, unit), _with_load(theirs, field, unit),
+                     _ratio(ours.get(field), theirs.get(field))))
+
+    row(f"cold open + first sample (split {args.split}, train stream; best of {WARM_RUNS})", cold, "seconds", "s")
+    row("warm open + first sample (first after the build)", warm1, "seconds", "s")
+    row(f"warm open + first sample (best of {WARM_RUNS})", warm, "seconds", "s")
+    row(f"resume at consumed {consumed:,} + first row (best of {WARM_RUNS})", resume, "seconds", "s")
+    row("pairs opened (IndexedFile / IndexedDataset made), warm", warm, "opens", "")
+    row("datasets sampled (indices built or loaded / GPTDataset made), warm", warm, "sampled", "")
+    row("peak memory, cold open", cold, "peak", "GiB")
+    row("open files after the warm open", warm, "fds", "")
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--documents", default="10e6", help="documents of single-prefix corpora, comma-separated")
     parser.add_argument("--blend", default="", help="blends, PREFIXESxDOCUMENTS each, comma-separated (200x20000)")
+    parser.add_argument("--uneven-blend", default="",
+                        help="blends of uneven prefixes, PREFIXESxLOW-HIGH documents each (1000x1e3-2e6), "
+                             "comma-separated: split --split, both sides best of 3 taking turns")
+    parser.add_argument("--split", default="969,30,1", help="Megatron's --split for --uneven-blend")
     parser.add_argument("--seq-length", type=int, default=4096)
     parser.add_argument("--consumed", type=float, default=20e6, help="resume point (at most half the samples)")
     parser.add_argument("--workers", type=int, default=2)
@@ -443,7 +591,25 @@ def main() -> None:
             write_sparse_prefix(prefix, n, seed=i + 1)
         corpora.append((f"{count} prefixes x {n / 1e6:g}M", prefixes, count * n))
 
+    uneven = []
+    for text in filter(None, args.uneven_blend.split(",")):
+        count, bounds = text.split("x")
+        low, high = (int(float(x)) for x in bounds.split("-"))
+        sizes = uneven_sizes(int(count), low, high)
+        folder = os.path.join(args.workdir, f"uneven{count}x{low}-{high}")
+        prefixes = [os.path.join(folder, f"part{i:04d}_text_document") for i in range(len(sizes))]
+        print(f"writing {count} prefixes of {low:,} to {high:,} documents ({sum(sizes):,} in all) ...",
+              file=sys.stderr, flush=True)
+        for i, (prefix, n) in enumerate(zip(prefixes, sizes)):
+            write_sparse_prefix(prefix, n, seed=i + 1)
+        uneven.append((f"{count} prefixes of {low / 1e3:g}k-{high / 1e6:g}M documents ({sum(sizes):,} in all)",
+                       prefixes))
+
     table, growth = [], []
+    for name, prefixes in uneven:
+        scratch = os.path.join(args.workdir, "caches")
+        table += measure_splits(name, prefixes, args, megatron, scratch)
+        shutil.rmtree(scratch, ignore_errors=True)
     baseline = baseline_pss(args, megatron, os.path.join(args.workdir, "caches")) if corpora else None
     for name, prefixes, n in corpora:
         scratch = os.path.join(args.workdir, "caches")
