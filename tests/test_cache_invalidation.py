@@ -98,3 +98,42 @@ def test_a_bin_of_another_size_is_refused_at_a_warm_open_naming_it_and_both_size
     assert caught.value.path == prefixes[1] + ".bin"
     assert f"{size} bytes" in str(caught.value) and f"{size + change} bytes" in str(caught.value)
     assert counted["validations"] == 2  # the record was used (a warm open), and still refused it
+
+
+def test_mmidx_cache_lists_the_caches_and_prunes_only_those_no_current_file_uses(tmp_path, counted, capsys):
+    """Two prefixes loaded; then one's .idx is replaced (its old record and indices are unused),
+    a cache of an earlier version lies beside them, and a blend's indices are of unknown use."""
+    from mmidx_builder.cli import main
+    from mmidx_builder.megatron import cache_folder
+
+    prefixes = [str(tmp_path / f"p{i}_text_document") for i in range(2)]
+    for i, prefix in enumerate(prefixes):
+        _write(prefix, [5, 17, 0, 9, 30, 3, 11] * (6 + i), seed=i)
+    _first_rows(tmp_path, prefixes)
+    _write(prefixes[0], [40, 2] * 20, seed=5)  # another .idx: its caches are new ones
+    _first_rows(tmp_path, prefixes)
+    folder = str(tmp_path / "indices")
+    (tmp_path / "indices" / ("0" * 32 + "-meta.json")).write_text('{"seq_length": 8}')  # an earlier version's
+    before = {e.key: e for e in cache_folder.scan(folder)}
+    by_status = {status: [e for e in before.values() if e.status == status]
+                 for status in (cache_folder.IN_USE, cache_folder.UNUSED, cache_folder.UNKNOWN)}
+    p0, p1 = (os.path.abspath(p + ".idx") for p in prefixes)
+    unused = sorted((e.kind, tuple(e.files)) for e in by_status[cache_folder.UNUSED])
+    assert unused == [("pair record", (p0,)), ("sampling indices", ()), ("sampling indices", (p0,))]
+    in_use = sorted((e.kind, tuple(e.files)) for e in by_status[cache_folder.IN_USE])
+    assert in_use == [("pair record", (p0,)), ("pair record", (p1,)), ("sampling indices", (p0,)),
+                      ("sampling indices", (p1,))]
+    assert {e.kind for e in by_status[cache_folder.UNKNOWN]} == {"blending indices"}
+
+    assert main(["cache", "--index-cache-dir", folder, "--prune", "--dry-run"]) == 0
+    assert {e.key for e in cache_folder.scan(folder)} == set(before)  # a dry run removes nothing
+    assert main(["cache", "--index-cache-dir", folder, "--prune"]) == 0
+    out = capsys.readouterr().out
+    assert "freed" in out and "(3 caches)" in out
+    after = cache_folder.scan(folder)
+    assert {e.status for e in after} == {cache_folder.IN_USE, cache_folder.UNKNOWN}
+    assert len(after) == len(before) - 3
+    # What is left is what the next load uses: nothing is built or validated again.
+    counted.update(builds=0, validations=0)
+    _first_rows(tmp_path, prefixes)
+    assert counted == {"builds": 0, "validations": 0}

@@ -12,10 +12,10 @@ import argparse
 import sys
 
 from ..errors import MMIdxError
-from . import convert, fairseq, files, publish
+from . import cache, convert, fairseq, files, publish
 
 # One line per command module; a new one adds itself here.
-COMMAND_MODULES = (files, convert, fairseq, publish)
+COMMAND_MODULES = (files, convert, fairseq, publish, cache)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -19,7 +19,7 @@ from ..megatron import sampling
 from ..checks import check_int
 from ..dtypes import cast_tokens, integer_dtype
 from ..sources.indexed import split_prefix
-from ..sources.token_source import lengths_identity
+from ..sources.token_source import index_files, lengths_identity
 from .base_builder import DEFAULT_NUM_SHARDS, INDEX_CACHE_FOLDER, BaseBuilder, BaseConfig
 from .plans import OpenedSplit, Plan, opened_split
 from .readahead import ReadAhead
@@ -158,7 +158,8 @@ def opened_samples(source, plan: Plan, files=()) -> OpenedSplit:
     (``sampling``, ``index_cache_dir``, ``document_structure``, ``dtype``)."""
     # Keyed by what the lengths are read from (a pair's .idx, not its .bin: token_source.lengths_identity).
     indices = sampling.load_or_build_indices(source.sequence_lengths, cache_dir=plan["index_cache_dir"],
-                                             identity=lengths_identity(source), label=_label(plan),
+                                             identity=lengths_identity(source), files=index_files(source),
+                                             label=_label(plan),
                                              **dict(plan["sampling"]))
     dtype = np.dtype(plan["dtype"]) if plan["dtype"] else source.dtype
     features = sample_features(dtype, indices.sample_length, plan["document_structure"])

@@ -396,10 +396,17 @@ def _load_cached(paths: dict[str, str], num_sequences: int) -> SamplingIndices |
     return indices if consistent else None
 
 
-def _save_cached(paths: dict[str, str], indices: SamplingIndices) -> None:
+def _save_cached(paths: dict[str, str], indices: SamplingIndices, files: list[str] | None = None) -> None:
+    # files: the identities of the files the lengths were read from (not part of the key), for
+    # `mmidx cache` to tell a cache no current file uses (cache_folder.py).
+    fields = {name: getattr(indices, name) for name in _META_FIELDS}
+    if files is not None:
+        fields[FILES_FIELD] = list(files)
     array_cache.save_arrays(paths["meta"], {name: paths[name] for name in _ARRAY_NAMES},
-                            {name: getattr(indices, name) for name in _ARRAY_NAMES},
-                            {name: getattr(indices, name) for name in _META_FIELDS})
+                            {name: getattr(indices, name) for name in _ARRAY_NAMES}, fields)
+
+
+FILES_FIELD = "files"
 
 
 def save_indices(indices: SamplingIndices, directory: str | os.PathLike) -> list[str]:
@@ -436,7 +443,8 @@ def _built(sizes, label: str, build_kwargs: dict) -> SamplingIndices:
 
 
 def load_or_build_indices(sequence_lengths, *, cache_dir: str | os.PathLike | None, identity: str,
-                          label: str = "sampling indices", **build_kwargs) -> SamplingIndices:
+                          label: str = "sampling indices", files: list[str] | None = None,
+                          **build_kwargs) -> SamplingIndices:
     """:func:`build_indices`, cached in ``cache_dir`` (None: no cache). A build that takes more
     than a couple of seconds shows a progress bar named ``label`` (progress.Steps).
 
@@ -447,6 +455,8 @@ def load_or_build_indices(sequence_lengths, *, cache_dir: str | os.PathLike | No
     ``allow_pickle=False`` under temporary names and renamed, the small meta file last, so
     two processes building at once both succeed and a reader never sees half a cache. A hit
     returns read-only memory maps. A cache that cannot be written is skipped with a warning.
+    ``files`` (file identities, token_source.index_files) are recorded beside it, not keyed:
+    ``mmidx cache`` prunes the caches whose files have all changed or gone.
     """
     if cache_dir is None:
         return _built(sequence_lengths, label, build_kwargs)
@@ -464,7 +474,7 @@ def load_or_build_indices(sequence_lengths, *, cache_dir: str | os.PathLike | No
         return cached
     indices = _built(sizes, label, build_kwargs)
     try:
-        _save_cached(paths, indices)
+        _save_cached(paths, indices, files)
     except OSError as error:
         warnings.warn(f"sampling indices not cached in {os.fspath(cache_dir)}: {error}", stacklevel=2)
     return indices

@@ -24,7 +24,7 @@ import numpy as np
 from . import sampling
 from ..dtypes import cast_tokens, common_token_dtype
 from ..errors import ParameterError
-from ..sources.token_source import SequenceRange, TokenSource, lengths_identity
+from ..sources.token_source import SequenceRange, TokenSource, index_files, lengths_identity
 from ..storage.remote import concurrently
 from .plan import SplitPlan, normalize, per_dataset_size, sequence_range
 from .blending_indices import BlendingIndices, load_or_build_blending_indices
@@ -106,7 +106,8 @@ def build_split(plan: SplitPlan, sources: dict[str, TokenSource], *, seq_length:
     def part_indices(part, ranged) -> sampling.SamplingIndices:
         try:
             indices = sampling.load_or_build_indices(
-                ranged.sequence_lengths, cache_dir=cache_dir, identity=lengths_identity(ranged), seq_length=seq_length,
+                ranged.sequence_lengths, cache_dir=cache_dir, identity=lengths_identity(ranged), files=index_files(ranged),
+                seq_length=seq_length,
                 seed=seed, num_samples=part.num_samples, add_extra_token=add_extra_token,
                 label=f"{part.prefix} ({plan.name})")
         except ParameterError as error:

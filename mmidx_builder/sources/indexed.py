@@ -550,6 +550,14 @@ _RECORD_FORMAT = 3
 _RECORD_ARRAYS = ("lengths", "block_starts", "offsets")
 
 
+RECORD_PREFIX = "opened-"
+
+
+def record_key(idx_stat: os.stat_result) -> str:
+    """The key of the record of an ``.idx`` with this stat (OpeningRecord)."""
+    return hashlib.sha256(f"{_RECORD_FORMAT}|{array_cache._signature(idx_stat)}".encode()).hexdigest()[:32]
+
+
 def opening_record(indexed: "IndexedFile", cache_dir: str) -> "OpeningRecord | None":
     """The record of this pair's validation in ``cache_dir``, for a local pair (None otherwise)."""
     if not isinstance(indexed._index, MappedFile) or not isinstance(indexed._bin, MemmapBinReader):
@@ -588,10 +596,10 @@ class OpeningRecord:
         # starts) is read from it. The .bin is checked against it at every load (its size
         # against the token count), so a write to the .bin that keeps its size validates
         # nothing again, and one that does not is refused (load).
-        key = hashlib.sha256(f"{_RECORD_FORMAT}|{array_cache._signature(idx_stat)}".encode()).hexdigest()[:32]
+        key = record_key(idx_stat)
         # The three arrays in one file (array_cache packs them): one map and one stat an open.
-        self.paths = {name: os.path.join(cache_dir, f"opened-{key}-arrays.npy") for name in _RECORD_ARRAYS}
-        self.meta_path = os.path.join(cache_dir, f"opened-{key}-meta.json")
+        self.paths = {name: os.path.join(cache_dir, f"{RECORD_PREFIX}{key}-arrays.npy") for name in _RECORD_ARRAYS}
+        self.meta_path = os.path.join(cache_dir, f"{RECORD_PREFIX}{key}-meta.json")
         self.num_tokens = None
 
     def _expected_fields(self) -> dict:
@@ -636,8 +644,10 @@ class OpeningRecord:
         indexed = self.indexed
         lengths = indexed.sequence_lengths
         block_starts, offsets = _block_starts(lengths)
+        # idx_path: which file the record is of, for `mmidx cache` (megatron/cache_folder.py)
+        # to tell whether any file still has the identity it is keyed by.
         fields = {**self._expected_fields(), "num_tokens": indexed.num_tokens,
-                  "fingerprint": lengths_fingerprint(lengths)}
+                  "fingerprint": lengths_fingerprint(lengths), "idx_path": os.path.abspath(indexed.idx_path)}
         try:
             mapped = array_cache.save_arrays(self.meta_path, self.paths, {"lengths": lengths, "block_starts":
                                              block_starts, "offsets": offsets}, fields)

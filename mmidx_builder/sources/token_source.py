@@ -231,6 +231,21 @@ def lengths_identity(source) -> str:
     return getattr(source, "lengths_identity", None) or source.identity
 
 
+def index_files(source) -> list[str]:
+    """The identities of the local files a source's lengths are read from (a pair's ``.idx``,
+    not its ``.bin``; a raw source's files), through concatenations and ranges: recorded with
+    the sampling indices, so that ``mmidx cache`` can tell whether any file still has them."""
+    if isinstance(source, Concatenated):
+        return [identity for part in source.parts for identity in index_files(part)]
+    if isinstance(source, SequenceRange):
+        return index_files(source.source)
+    if getattr(source, "lengths_identity", None) is not None:  # a pair: its .idx
+        identities = list(getattr(source, "identities", None) or ())[:1]
+    else:
+        identities = file_identities(source)
+    return [identity for identity in identities if _identity_path(identity) is not None]
+
+
 def file_identities(source) -> list[str]:
     """The identities (``_io.stat_identity``) of the local files a source opened: a source's
     ``identities``, through concatenations and ranges."""
@@ -289,4 +304,4 @@ def check_still_named(source) -> None:
 
 
 __all__ = ["Concatenated", "SequenceRange", "TokenSource", "check_opened", "check_pieces", "check_still_named",
-           "combined_identity", "file_identities", "first_bad", "lengths_fingerprint", "lengths_identity"]
+           "combined_identity", "file_identities", "first_bad", "index_files", "lengths_fingerprint", "lengths_identity"]
