@@ -137,3 +137,19 @@ def test_mmidx_cache_lists_the_caches_and_prunes_only_those_no_current_file_uses
     counted.update(builds=0, validations=0)
     _first_rows(tmp_path, prefixes)
     assert counted == {"builds": 0, "validations": 0}
+
+
+def test_the_default_cache_folder_follows_datasets_rule(monkeypatch, tmp_path):
+    """datasets/config.py: HF_DATASETS_CACHE, else HF_HOME/datasets, else XDG_CACHE_HOME/huggingface/datasets."""
+    from mmidx_builder.hf.base_builder import INDEX_CACHE_FOLDER
+    from mmidx_builder.megatron import cache_folder
+
+    assert cache_folder.INDEX_CACHE_FOLDER == INDEX_CACHE_FOLDER
+    for name in ("HF_DATASETS_CACHE", "HF_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_folder.default_folder() == str(tmp_path / "xdg" / "huggingface" / "datasets" / INDEX_CACHE_FOLDER)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "home"))
+    assert cache_folder.default_folder() == str(tmp_path / "home" / "datasets" / INDEX_CACHE_FOLDER)
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "ds"))
+    assert cache_folder.default_folder() == str(tmp_path / "ds" / INDEX_CACHE_FOLDER)

@@ -4,7 +4,6 @@ file still uses them; ``--prune`` removes the unused ones (megatron/cache_folder
 from __future__ import annotations
 
 import json
-import os
 
 from .keywords import in_flags
 
@@ -21,14 +20,6 @@ def add_commands(commands) -> None:
     p.add_argument("--dry-run", action="store_true", help="with --prune: say what would be removed, remove nothing")
     p.add_argument("--json", action="store_true", help="one JSON object per cache")
     p.set_defaults(run=_cache, explain=in_flags(p))
-
-
-def _default_folder() -> str:
-    import datasets.config
-
-    from ..hf.base_builder import INDEX_CACHE_FOLDER
-
-    return os.path.join(str(datasets.config.HF_DATASETS_CACHE), INDEX_CACHE_FOLDER)
 
 
 def _size(n: int) -> str:
@@ -48,7 +39,7 @@ def _age(seconds: float) -> str:
 def _cache(args) -> None:
     from ..megatron import cache_folder
 
-    folder = args.index_cache_dir or _default_folder()
+    folder = args.index_cache_dir or cache_folder.default_folder()
     entries = cache_folder.scan(folder)
     chosen = cache_folder.prunable(entries, None if args.older_than is None else args.older_than * DAY)
     if args.json:

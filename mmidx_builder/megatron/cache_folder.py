@@ -54,6 +54,20 @@ class CacheEntry:
     files: list[str] = field(default_factory=list)  # the data files it is of, where known
 
 
+# hf/base_builder.INDEX_CACHE_FOLDER (importing it imports datasets: ~2 s for `mmidx cache`).
+INDEX_CACHE_FOLDER = "mmidx_indices"
+
+
+def default_folder() -> str:
+    """``<datasets cache>/mmidx_indices``, where load_dataset keeps the index caches unless
+    given ``index_cache_dir`` or ``cache_dir``: ``datasets.config.HF_DATASETS_CACHE``'s own
+    rule (HF_DATASETS_CACHE, else HF_HOME/datasets, else XDG_CACHE_HOME/huggingface/datasets),
+    read from the environment without importing datasets (tests compare the two)."""
+    home = os.path.expanduser(os.getenv("HF_HOME", os.path.join(os.getenv("XDG_CACHE_HOME", "~/.cache"),
+                                                                "huggingface")))
+    return os.path.join(os.getenv("HF_DATASETS_CACHE", os.path.join(home, "datasets")), INDEX_CACHE_FOLDER)
+
+
 def _fields(meta_path: str) -> dict | None:
     try:
         with open(meta_path, "rb") as f:
@@ -153,4 +167,5 @@ def prune(entries: list[CacheEntry]) -> int:
     return sum(entry.bytes for entry in entries)
 
 
-__all__ = ["CacheEntry", "IN_USE", "UNKNOWN", "UNUSED", "prunable", "prune", "scan"]
+__all__ = ["CacheEntry", "IN_USE", "INDEX_CACHE_FOLDER", "UNKNOWN", "UNUSED", "default_folder", "prunable", "prune",
+           "scan"]
