@@ -209,7 +209,8 @@ def child_ours(spec: dict) -> dict:
     elif spec.get("weights"):  # a run's blend: weighted, a size for every split (pretrain_gpt.py's)
         data_path = [token for w, p in zip(spec["weights"], prefixes) for token in (str(w), p)]
         stream = load_dataset("mmidx", data_path=data_path, split_ratios=spec["split"],
-                              num_samples=dict(zip(("train", "validation", "test"), spec["sizes"])), **common)
+                              num_samples=dict(zip(("train", "validation", "test"), spec["sizes"])),
+                              mid_level_dataset_surplus=spec["surplus"], **common)
     else:
         stream = load_dataset("mmidx", data_path=prefixes, split_ratios=spec.get("split", "100,0,0"),
                               num_samples={"train": spec["num_samples"]}, **common)
@@ -258,6 +259,7 @@ def child_megatron(spec: dict) -> dict:
     config = GPTDatasetConfig(random_seed=SEED, sequence_length=spec["seq_length"], tokenizer=Tokenizer(),
                               path_to_cache=spec["index_cache"], blend=(prefixes, spec.get("weights")),
                               split=spec.get("split", "100,0,0"),
+                              **({"mid_level_dataset_surplus": spec["surplus"]} if "surplus" in spec else {}),
                               reset_position_ids=False, reset_attention_mask=False, eod_mask_loss=False)
     sizes = spec.get("sizes") or [spec["num_samples"] if len(prefixes) > 1 else None, None, None]
     dataset = BlendedMegatronDatasetBuilder(GPTDataset, sizes, lambda: True, config).build()[0]
@@ -476,6 +478,9 @@ def measure(name: str, prefixes: list[str], args, megatron: bool, scratch: str,
     return rows, {"documents": None, "found": found, "num_samples": num_samples}
 
 
+SURPLUS = 0.1  # mid_level_dataset_surplus of the --uneven-blend rows (measure_splits says why)
+
+
 def uneven_sizes(count: int, low: int, high: int) -> list[int]:
     """``count`` document counts from ``low`` to ``high``, log-uniform (seeded): a few large
     prefixes and many small ones, as a pretraining blend of sources has."""
@@ -499,10 +504,12 @@ def measure_splits(name: str, prefixes: list[str], args, megatron: bool, scratch
     and the counts the load does not move (pairs opened, datasets sampled, files open)."""
     counts = [os.path.getsize(p + ".bin") // 2 for p in prefixes]
     # Weighted by tokens, a size for every split, as pretrain_gpt.py gives megatron-core's builder
-    # (--train-samples, --eval-iters); train asks for 90% of the train range's samples (one epoch
-    # of every prefix with Megatron's 0.5% surplus).
+    # (--train-samples, --eval-iters). megatron-core's blend of the small test split oversamples
+    # its default 0.5% surplus here (IndexError "requests 23 samples ... in excess of its size
+    # 22"), so both sides take mid_level_dataset_surplus=0.1; train asks for 80% of the samples
+    # (one epoch of every prefix's train range with that surplus).
     weights = [c / sum(counts) for c in counts]
-    num_samples = int(0.9 * (sum(counts) - 1) // args.seq_length)
+    num_samples = int(0.8 * (sum(counts) - 1) // args.seq_length)
     sizes = [num_samples, max(1, num_samples // 100), max(1, num_samples // 1000)]
     consumed = min(int(args.consumed), num_samples // 2)
     sides = ["ours"] + (["megatron"] if megatron else [])
@@ -512,6 +519,7 @@ def measure_splits(name: str, prefixes: list[str], args, megatron: bool, scratch
         return lambda side: dict(prefixes=prefixes, seq_length=args.seq_length, hf_cache=caches[side][0],
                                  index_cache=caches[side][1], num_samples=num_samples, consumed=consumed,
                                  workers=args.workers, split=args.split, what=what, weights=weights, sizes=sizes,
+                                 surplus=SURPLUS,
                                  raise_nofile=side == "megatron" and args.raise_peer_nofile)
 
     def clear(side):
