@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 import mmidx_builder  # noqa: F401  registers the builders
-from mmidx_builder.megatron import sampling, splits
+from mmidx_builder import parallel
+from mmidx_builder.megatron import sampling
 from mmidx_builder.sources.indexed import IndexedFile, write_documents
 
 PREFIXES = 4
@@ -43,13 +44,16 @@ def blend(tmp_path_factory):
 def counted(monkeypatch):
     opens, builds = collections.Counter(), collections.Counter()
     init, build = IndexedFile.__init__, sampling.build_indices
+    lock = threading.Lock()  # pairs are opened and built in threads
 
     def counting_init(self, prefix, *args, **kwargs):
-        opens[os.path.basename(prefix)] += 1
+        with lock:
+            opens[os.path.basename(prefix)] += 1
         return init(self, prefix, *args, **kwargs)
 
     def counting_build(sizes, *args, **kwargs):
-        builds[len(sizes)] += 1
+        with lock:
+            builds[len(sizes)] += 1
         return build(sizes, *args, **kwargs)
 
     monkeypatch.setattr(IndexedFile, "__init__", counting_init)
@@ -87,7 +91,7 @@ def test_a_train_stream_opens_each_prefix_once_and_builds_only_the_train_indices
 def test_the_prefixes_of_a_split_are_built_at_once(blend, tmp_path, monkeypatch):
     """Two builds must be under way together (a barrier both must reach), with 2 threads
     whatever the machine's cores."""
-    monkeypatch.setattr(splits, "_workers", lambda: 2)
+    monkeypatch.setattr(parallel, "workers", lambda: 2)
     both = threading.Barrier(2, timeout=10)
     met = []
     build = sampling.build_indices
@@ -101,8 +105,8 @@ def test_the_prefixes_of_a_split_are_built_at_once(blend, tmp_path, monkeypatch)
         return build(*args, **kwargs)
 
     monkeypatch.setattr(sampling, "build_indices", meeting_build)
-    parallel = _rows(_load(blend, tmp_path, split="train"))
+    threaded = _rows(_load(blend, tmp_path, split="train"))
     assert len(met) >= 2
-    monkeypatch.setattr(splits, "_workers", lambda: 1)
+    monkeypatch.setattr(parallel, "workers", lambda: 1)
     monkeypatch.setattr(sampling, "build_indices", build)
-    assert _rows(_load(blend, tmp_path / "serial", split="train")) == parallel
+    assert _rows(_load(blend, tmp_path / "serial", split="train")) == threaded

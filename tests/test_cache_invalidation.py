@@ -10,6 +10,7 @@ size is still refused at open, naming the file and both sizes.
 from __future__ import annotations
 
 import os
+import threading
 
 import numpy as np
 import pytest
@@ -31,12 +32,16 @@ def counted(monkeypatch):
     counts = {"builds": 0, "validations": 0}
     build, validate = sampling.build_indices, IndexedFile._validate
 
+    lock = threading.Lock()  # pairs are opened and built in threads
+
     def counting_build(*args, **kwargs):
-        counts["builds"] += 1
+        with lock:
+            counts["builds"] += 1
         return build(*args, **kwargs)
 
     def counting_validate(self, *args, **kwargs):
-        counts["validations"] += 1
+        with lock:
+            counts["validations"] += 1
         return validate(self, *args, **kwargs)
 
     monkeypatch.setattr(sampling, "build_indices", counting_build)

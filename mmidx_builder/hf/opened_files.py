@@ -25,6 +25,7 @@ import os
 import threading
 import weakref
 
+from ..parallel import in_threads
 from ..sources.indexed import IndexedFile, split_prefix
 from ..storage.files import file_identity, is_remote
 from .data_files import ranged
@@ -47,8 +48,11 @@ def indexed_files(pairs: list[tuple[str, str]], opener, cache_dir=None) -> list[
     remote = [key for key in missing if is_remote(key[2])]
     opened_now = IndexedFile.open_all([(idx, bin_) for _, idx, bin_, _, _ in remote], opener=opener,
                                       cache_dir=cache_dir) if remote else []
-    opened_now += [IndexedFile.open(split_prefix(idx), idx_path=idx, bin_path=bin_, cache_dir=cache_dir)
-                   for _, idx, bin_, _, _ in missing if not is_remote(bin_)]
+    # Local pairs side by side: a cold open validates each whole .idx and writes its record
+    # (half of a 1,000-prefix blend's first open, one after another).
+    opened_now += in_threads(lambda pair: IndexedFile.open(split_prefix(pair[0]), idx_path=pair[0], bin_path=pair[1],
+                                                           cache_dir=cache_dir),
+                             [(idx, bin_) for _, idx, bin_, _, _ in missing if not is_remote(bin_)])
     for key, opened in zip(remote + [key for key in missing if not is_remote(key[2])], opened_now):
         found[key] = opened
         with _LOCK:

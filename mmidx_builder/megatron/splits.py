@@ -12,10 +12,8 @@ Pure numpy; nothing here imports ``datasets``.
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import functools
-import os
 import warnings
 from dataclasses import dataclass
 
@@ -24,6 +22,7 @@ import numpy as np
 from . import sampling
 from ..dtypes import cast_tokens, common_token_dtype
 from ..errors import ParameterError
+from ..parallel import in_threads
 from ..sources.token_source import SequenceRange, TokenSource, index_files, lengths_identity
 from ..storage.remote import concurrently
 from .plan import SplitPlan, normalize, per_dataset_size, sequence_range
@@ -71,33 +70,6 @@ def check_seq_length(seq_length: int) -> None:
                       "the assert and give these samples, a debug build of it aborts", stacklevel=3)
 
 
-def _workers() -> int:
-    """Threads that build a blend's parts: the cores this process may use, at most 8. Each part
-    is its own RandomState (so the result does not depend on the order), and the shuffles,
-    cumsums and digests that a build spends its time in release the GIL. Files: a build holds
-    at most one descriptor while it writes its cache (opened pairs are bounded by
-    MMIDX_MAX_OPEN_FILES, cached arrays are maps that hold none), so 8 builds add 8 at most."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cores = os.cpu_count() or 1
-    return max(1, min(cores, MAX_BUILD_THREADS))
-
-
-MAX_BUILD_THREADS = 8
-
-
-def _in_parallel(function, *iterables):
-    """``map(function, *iterables)`` in threads (_workers), the results and the first error in
-    the parts' order, as the serial loop gave them."""
-    items = list(zip(*iterables))
-    workers = min(_workers(), len(items))
-    if workers <= 1:
-        return [function(*item) for item in items]
-    with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="mmidx-build") as pool:
-        return list(pool.map(lambda item: function(*item), items))
-
-
 def build_split(plan: SplitPlan, sources: dict[str, TokenSource], *, seq_length: int, seed: int,
                 add_extra_token: bool = True, cache_dir=None) -> BuiltSplit:
     """Indices for ``plan`` over ``sources`` (prefix -> the opened pair), megatron-core's way."""
@@ -117,7 +89,7 @@ def build_split(plan: SplitPlan, sources: dict[str, TokenSource], *, seq_length:
         # its epochs), not only the num_samples asked for.
         return dataclasses.replace(indices, num_samples=indices.total_samples)
 
-    all_indices = list(_in_parallel(part_indices, plan.parts, parts))
+    all_indices = in_threads(lambda pair: part_indices(*pair), list(zip(plan.parts, parts)))
     lengths = [indices.total_samples for indices in all_indices]
     blending = None
     if plan.blend is None:

@@ -1,0 +1,40 @@
+"""Work spread over the cores in threads: a blend's prefixes opened (each ``.idx`` validated and
+recorded) and their indices built side by side (issue 43).
+
+Threads, not processes: what the work spends its time in releases the GIL (numpy's shuffles,
+cumsums and copies, the kernel's copies out of the maps, xxh3 digests, file writes), and the
+results (memory maps, opened files) stay in the process that reads them. Bounded by the cores
+this process may use and by MAX_THREADS; files: each job holds at most the descriptors of
+the pair it opens and the one cache file it writes (opened pairs are bounded by
+MMIDX_MAX_OPEN_FILES, cached arrays are maps that hold none).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+
+MAX_THREADS = 8
+
+
+def workers() -> int:
+    """Threads for CPU-bound jobs: the cores this process may use, at most MAX_THREADS."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, MAX_THREADS))
+
+
+def in_threads(function, items) -> list:
+    """``[function(item) for item in items]`` in :func:`workers` threads: the results, and the
+    first error, in the items' order, as the serial loop gives them."""
+    items = list(items)
+    count = min(workers(), len(items))
+    if count <= 1:
+        return [function(item) for item in items]
+    with concurrent.futures.ThreadPoolExecutor(count, thread_name_prefix="mmidx-work") as pool:
+        return list(pool.map(function, items))
+
+
+__all__ = ["MAX_THREADS", "in_threads", "workers"]
