@@ -590,7 +590,7 @@ class OpeningRecord:
     def __init__(self, indexed: "IndexedFile", cache_dir: str):
         self.indexed = indexed
         self.cache_dir = cache_dir
-        idx_stat = os.fstat(indexed._index._fd)
+        idx_stat = indexed._index.stat()
         self._idx_stat = idx_stat
         # Keyed by the .idx alone: what is recorded (the header's numbers, the lengths, the
         # starts) is read from it. The .bin is checked against it at every load (its size

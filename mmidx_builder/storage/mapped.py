@@ -104,6 +104,10 @@ class MappedFile:
                     self._map = mmap.mmap(self._fd, 0, access=mmap.ACCESS_READ)
                 except ValueError:  # emptied since the fstat: mmap cannot map an empty file
                     self._map = None
+                except OSError as error:  # mmap dups the descriptor: the limit can be met here too
+                    if error.errno in (errno.EMFILE, errno.ENFILE):
+                        raise OpenFilesLimitError(self.path, error) from None
+                    raise
                 # What was mapped is what the file holds for this opening (callers check sizes).
                 size = len(self._map) if self._map is not None else 0
                 if self._map is not None:
@@ -129,6 +133,12 @@ class MappedFile:
         fd, self._fd = self._fd, None
         if fd is not None:
             _close(fd)
+
+    def stat(self) -> os.stat_result:
+        """``os.fstat`` of the file this opening reads, held open meanwhile: the pool may close a
+        file another thread has just opened (a blend's pairs are opened in threads)."""
+        with _POOL.using([self]):
+            return os.fstat(self._fd)
 
     @property
     def parked(self) -> bool:
