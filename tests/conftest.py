@@ -168,6 +168,15 @@ def torch():
     return module
 
 
+@pytest.fixture
+def quick_worker_shutdown(torch, monkeypatch):
+    """A DataLoader whose worker raised is shut down in ~0.2 s instead of ~10: torch joins each
+    worker for MP_STATUS_CHECK_INTERVAL (5 s) and the worker that raised in its dataset's
+    ``__iter__`` is never sent its stop signal (its status was already cleared), so the join
+    always times out. For the tests of refusals raised inside workers."""
+    monkeypatch.setattr(torch.utils.data._utils, "MP_STATUS_CHECK_INTERVAL", 0.1)
+
+
 def require_oracle_module(module: str, install: str = "scripts/install_oracle_extras.sh"):
     """Imports an oracle's ``module``: skip where it is missing, fail under
     MMIDX_REQUIRE_ORACLE=1 (CI installs every oracle)."""

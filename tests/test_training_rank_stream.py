@@ -369,7 +369,8 @@ def test_document_structure_rows_through_the_rank_stream(data, tmp_path, torch):
 
 
 @pytest.mark.parametrize("source", ["arrow", "stream"])
-def test_a_loader_batch_size_other_than_the_micro_batch_is_refused_with_workers(source, data, sampler_class, torch):
+def test_a_loader_batch_size_other_than_the_micro_batch_is_refused_with_workers(source, data, sampler_class, torch,
+                                                                               quick_worker_shutdown):
     """DataLoader(batch_size=4, num_workers=2) over a stream of micro_batch_size=2 takes each
     batch of 4 from one worker: micro-batches 0, 2 then 1, 3, out of Megatron's order. It is
     refused, naming the batch_size to use; without workers any batch size keeps the order."""
