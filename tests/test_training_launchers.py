@@ -134,8 +134,9 @@ def test_torchrun_loop_over_rank_streams_of_mosaicml_shards_is_megatrons_order(m
 
 def test_torchrun_loop_over_mosaic_rank_streams_is_streaming_datasets_order(mds_corpus, launched, torch):
     """Each of torchrun's 2 ranks (one node) reads, through 0 and 2 loader workers, two epochs of
-    what StreamingDataset 0.13.0 (its own _resume and generate_work) deals that rank."""
-    from launched_training import MOSAIC
+    what StreamingDataset 0.13.0 (its own _resume and generate_work) deals that rank; and the
+    rest of epoch 0 from a state taken after 3 steps, as StreamingDataset resumes it."""
+    from launched_training import MOSAIC, RESUME_STEPS
     from test_mosaic_order import Layout, Theirs, their_dataset
     from test_training_mosaic_stream import expected_ids
 
@@ -161,6 +162,10 @@ def test_torchrun_loop_over_mosaic_rank_streams_is_streaming_datasets_order(mds_
                     got = [sample_of[token] for token in out[f"workers{workers}"][epoch]]
                     want = expected_ids(theirs, world, None, epoch, rank, settings.batch_size)
                     assert len(want) > 4 and got == want, (rank, workers, epoch)
+            world = OrderWorld(1, WORLD_SIZE, 2)
+            state = theirs.state_dict(world, None, 0, RESUME_STEPS * settings.batch_size * WORLD_SIZE, False)
+            got = [sample_of[token] for token in out["resumed-workers2"]]
+            assert got == expected_ids(theirs, world, state, 0, rank, settings.batch_size), rank
     finally:
         theirs.release()
 
@@ -171,10 +176,10 @@ def test_accelerate_and_the_trainer_over_a_mosaic_global_stream_give_each_proces
     mosaic_global_stream, dispatched and sharded, with 0 and 2 workers, two epochs; the HF
     Trainer over it into epoch 1, and resumed from its checkpoint at step 2. Process p trains
     on what StreamingDataset 0.13.0 deals rank p of 2 with as many workers, up to the first
-    step where a rank's batch is short."""
+    step where a rank's batch is short; and the rest of epoch 0 from a state taken after 3 steps."""
     pytest.importorskip("accelerate")
     pytest.importorskip("transformers")
-    from launched_training import MOSAIC
+    from launched_training import MOSAIC, RESUME_STEPS
     from test_mosaic_order import Layout, Theirs, their_dataset
     from test_training_mosaic_stream import expected_steps
 
@@ -195,6 +200,9 @@ def test_accelerate_and_the_trainer_over_a_mosaic_global_stream_give_each_proces
     try:
         want = {(workers, epoch): expected_steps(theirs, OrderWorld(1, WORLD_SIZE, max(workers, 1)), None, epoch, batch)
                 for workers in (0, 2) for epoch in (0, 1)}
+        world = OrderWorld(1, WORLD_SIZE, 2)
+        state = theirs.state_dict(world, None, 0, RESUME_STEPS * batch * WORLD_SIZE, False)
+        resumed = expected_steps(theirs, world, state, 0, batch)
         for rank, out in enumerate(r["mosaic-accelerate"] for r in launched("accelerate")):
             def ids(case):
                 return [sample_of[token] for token in case]
@@ -209,6 +217,8 @@ def test_accelerate_and_the_trainer_over_a_mosaic_global_stream_give_each_proces
                 trained = want[workers, 0][rank] + want[workers, 1][rank][:2 * batch]
                 assert ids(out[f"trainer-workers{workers}"]) == trained, (rank, workers)
             assert ids(out["trainer-resumed-workers2"]) == trained[2 * batch:], rank
+            for kind in ("dispatch", "shard"):
+                assert ids(out[f"{kind}-resumed-workers2"]) == resumed[rank], (rank, kind)
     finally:
         theirs.release()
 

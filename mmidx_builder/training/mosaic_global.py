@@ -125,6 +125,14 @@ class MosaicGlobalStream(MosaicRankStream):
                 "without accelerate dealing them out (accelerator.prepare(DataLoader(...)) or the HF Trainer): "
                 "each process would train on all of them. In a loop of your own use mosaic_rank_stream(dataset, "
                 "rank, world_size, batch_size) on each rank")
+        info = torch.utils.data.get_worker_info()
+        worker_id, num_workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        # Every process counts the epoch, read or not: its state_dict names the epoch being trained.
+        presumed = self._epochs.arrive(num_workers)
+        plan = self.order.resume_point(self._world(num_workers), self._state, presumed)
+        self._epochs.settle(plan.epoch + 1)
+        progress = {"plan": plan, "worker": worker_id, "workers": num_workers, "rows": 0}
+        self._progress = progress
         if dealing is not None and dealing.kind == "dispatch" and dealing.process_index != 0:
             return  # accelerate reads process 0's loader only
         unit = self._unit_rows()
@@ -134,14 +142,7 @@ class MosaicGlobalStream(MosaicRankStream):
                 f"{self.batch_size}: each loader batch comes whole from one worker, so only batch_size={unit} "
                 f"hands the ranks StreamingDataset's batches (with the HF Trainer, per_device_train_batch_size="
                 f"{self.batch_size})")
-        info = torch.utils.data.get_worker_info()
-        worker_id, num_workers = (info.id, info.num_workers) if info is not None else (0, 1)
-        presumed = self._epochs.arrive(num_workers)
-        plan = self.order.resume_point(self._world(num_workers), self._state, presumed)
-        self._epochs.settle(plan.epoch + 1)
         steps = _Steps(self._per_worker(plan, num_workers), self.batch_size)
-        progress = {"plan": plan, "worker": worker_id, "workers": num_workers, "rows": 0}
-        self._progress = progress
         for before, ids, after in self._units(steps, worker_id, num_workers):
             for row in [None] * before:
                 yield row
