@@ -4,6 +4,7 @@ mosaicml-streaming 0.13.0's own ``StreamingDataset``, side by side in one run (i
     .venv/bin/python benchmarks/bench_mosaic_order.py [--samples 100e6] [--shards 10000]
         [--nodes 8] [--ranks-per-node 8] [--workers 8] [--batch-size 8] [--repeats 1]
         [--batching random,stratified] [--workdir /tmp/mosaic-order-bench] [--cache-dir DIR] [--no-cache]
+        [--global-stream]
 
 Quick run: ``--samples 1e6 --shards 1000``.
 
@@ -55,6 +56,10 @@ defaults otherwise; --batch-size samples per rank's batch):
   node mean            (leader + 63 other workers) / 64: the memory per worker of a node
   leader peak          the leader's peak RSS (VmHWM) minus its RSS after the imports: what
                        the node must fit once while the epoch is built
+
+--global-stream adds a row: the leader's time to the first batch as mosaic_global_stream's
+worker (accelerate's process 0, which deals every rank's ids of the epoch), against
+StreamingDataset's time to a worker's first sample id.
 
 Ratios are ours / StreamingDataset's: the goal is <= 1.0 on time and memory per worker.
 """
@@ -196,6 +201,8 @@ def child_ours(spec: dict) -> dict:
 
     import numpy as np
 
+    if spec.get("global_stream"):
+        from mmidx_builder.training.mosaic_global import every_rank_steps  # imports torch: before the clock
     before = _rollup()
     start = time.perf_counter()
     path = os.path.join(spec["folder"], "index.json")
@@ -211,7 +218,12 @@ def child_ours(spec: dict) -> dict:
     seconds = time.perf_counter() - start
     shared = sum(entry.stat().st_size for entry in os.scandir(cache_dir) if entry.name.endswith(".npy")) \
         if cache_dir else 0
-    return _summary(ids, seconds, before, shared)
+    summary = _summary(ids, seconds, before, shared)
+    if spec.get("global_stream") and spec["role"] == "leader":
+        # mosaic_global_stream's worker (accelerate's process 0) deals every rank's ids before its first batch.
+        every_rank_steps(order, plan, spec["batch_size"])
+        summary["global_seconds"] = time.perf_counter() - start
+    return summary
 
 
 def run_child(side: str, spec: dict, place: dict, role: str):
@@ -284,6 +296,9 @@ def table(results: dict, spec: dict) -> list[tuple]:
             ("peak RSS added, the local leader, MiB", ours["leader"]["peak_added"] / mib,
              theirs["leader"]["peak_added"] / mib, 0),
         ]
+        if "global_seconds" in ours["leader"]:
+            pairs.append(("mosaic_global_stream: a worker's first batch (every rank's ids), s",
+                          ours["leader"]["global_seconds"], theirs["leader"]["seconds"], 2))
         for name, o, t, digits in pairs:
             rows.append((batching, name, f"{o:,.{digits}f}", f"{t:,.{digits}f}", f"{o / t:.2f}" if t else "-"))
         rows.append((batching, "same ids (first, count, sum; both workers)", "yes" if same else "NO", "", ""))
@@ -305,6 +320,8 @@ def main() -> None:
                         help="ours without cache_dir: every worker builds the epoch itself")
     parser.add_argument("--cache-dir", help="ours' cache_dir (cleared before each side's run; default: "
                         "WORKDIR/order-cache, on the disk; /dev/shm/... is where StreamingDataset's epoch lives)")
+    parser.add_argument("--global-stream", action="store_true",
+                        help="also time mosaic_global_stream's worker, which deals every rank's ids (accelerate)")
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -317,7 +334,8 @@ def main() -> None:
     spec = {"folder": folder, "nodes": args.nodes, "ranks_per_node": args.ranks_per_node, "workers": args.workers,
             "batch_size": args.batch_size, "ready": os.path.join(args.workdir, "leader.ready"),
             "done": os.path.join(args.workdir, "other.done"),
-            "cache_dir": None if args.no_cache else args.cache_dir or os.path.join(args.workdir, "order-cache")}
+            "cache_dir": None if args.no_cache else args.cache_dir or os.path.join(args.workdir, "order-cache"),
+            "global_stream": args.global_stream}
     results = {}
     for batching in args.batching.split(","):
         spec["batching"] = batching

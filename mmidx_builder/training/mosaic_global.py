@@ -79,14 +79,9 @@ class MosaicGlobalStream(MosaicRankStream):
         """The sample ids accelerate's process ``rank`` trains on in ``epoch`` (resumed from a
         loaded state when it is of that epoch) with loaders of ``num_workers`` workers, in order."""
         plan = self.order.resume_point(self._world(num_workers), self._state, epoch)
-        steps = _Steps(self._per_worker(plan, num_workers), self.batch_size)
+        steps = every_rank_steps(self.order, plan, self.batch_size)
         rank = check_int("rank", rank, 0)
         return np.concatenate([steps.batch(rank, s) for s in range(steps.count)] or [np.zeros(0, np.int64)])
-
-    def _per_worker(self, plan, num_workers: int) -> list[list[np.ndarray]]:
-        """[rank][worker] -> the ids StreamingDataset's worker yields."""
-        return [[self.order.worker_sample_ids(plan, *divmod(rank, self.local_world_size), worker)
-                 for worker in range(num_workers)] for rank in range(self.world_size)]
 
     # --- how accelerate deals ------------------------------------------------------------------
 
@@ -142,7 +137,7 @@ class MosaicGlobalStream(MosaicRankStream):
                 f"{self.batch_size}: each loader batch comes whole from one worker, so only batch_size={unit} "
                 f"hands the ranks StreamingDataset's batches (with the HF Trainer, per_device_train_batch_size="
                 f"{self.batch_size})")
-        steps = _Steps(self._per_worker(plan, num_workers), self.batch_size)
+        steps = every_rank_steps(self.order, plan, self.batch_size)
         for before, ids, after in self._units(steps, worker_id, num_workers):
             for row in [None] * before:
                 yield row
@@ -185,6 +180,19 @@ class MosaicGlobalStream(MosaicRankStream):
                                  "were trained on: pass num_samples= (optimizer steps x batch_size x world_size "
                                  "this epoch, as Composer does)")
         return super().state_dict(num_samples, from_beginning)
+
+def every_rank_steps(order, plan, batch_size: int) -> "_Steps":
+    """The plan's epoch as global steps of its world's ranks (rank = node x ranks per node +
+    rank of node). Dealt whole, as StreamingDataset's local leader deals it (``epoch_work``;
+    mapped from ``cache_dir`` when the order has one): one worker's share at a time would
+    cost a pass over the epoch per worker of the world."""
+    work = order.epoch_work(plan)  # (nodes, ranks per node, workers, batches, batch size), -1 pads
+    per_worker = []
+    for node_work in work:
+        for rank_work in node_work:
+            per_worker.append([ids[ids != -1] for ids in rank_work.reshape(len(rank_work), -1)])
+    return _Steps(per_worker, batch_size)
+
 
 class _Steps:
     """An epoch's global steps: each rank's batches as its DataLoader hands them out (one
