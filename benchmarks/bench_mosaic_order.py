@@ -57,9 +57,10 @@ defaults otherwise; --batch-size samples per rank's batch):
   leader peak          the leader's peak RSS (VmHWM) minus its RSS after the imports: what
                        the node must fit once while the epoch is built
 
---global-stream adds a row: the leader's time to the first batch as mosaic_global_stream's
-worker (accelerate's process 0, which deals every rank's ids of the epoch), against
-StreamingDataset's time to a worker's first sample id.
+--global-stream adds rows: a third fresh process of ours, as mosaic_global_stream's worker
+(accelerate's process 0, which deals every rank's ids of the epoch, epoch_work, building the
+node's epoch file): its time to the first batch and its peak, against StreamingDataset's
+leader's time to its first sample id and its peak.
 
 Ratios are ours / StreamingDataset's: the goal is <= 1.0 on time and memory per worker.
 """
@@ -214,16 +215,16 @@ def child_ours(spec: dict) -> dict:
                                                           batching_method=spec["batching"]), cache_dir=cache_dir)
     world = OrderWorld(spec["nodes"], spec["ranks_per_node"], spec["workers"])
     plan = order.resume_point(world, None, 0)
-    ids = order.worker_sample_ids(plan, **spec["place"])
+    if spec["role"] == "global":
+        # mosaic_global_stream's worker (accelerate's process 0) deals every rank's ids before its first batch.
+        steps = every_rank_steps(order, plan, spec["batch_size"])
+        ids = np.concatenate([steps.batch(rank, 0) for rank in range(world.num_ranks)])
+    else:
+        ids = order.worker_sample_ids(plan, **spec["place"])
     seconds = time.perf_counter() - start
     shared = sum(entry.stat().st_size for entry in os.scandir(cache_dir) if entry.name.endswith(".npy")) \
         if cache_dir else 0
-    summary = _summary(ids, seconds, before, shared)
-    if spec.get("global_stream") and spec["role"] == "leader":
-        # mosaic_global_stream's worker (accelerate's process 0) deals every rank's ids before its first batch.
-        every_rank_steps(order, plan, spec["batch_size"])
-        summary["global_seconds"] = time.perf_counter() - start
-    return summary
+    return _summary(ids, seconds, before, shared)
 
 
 def run_child(side: str, spec: dict, place: dict, role: str):
@@ -265,7 +266,12 @@ def measure(side: str, spec: dict) -> dict:
     if spec["cache_dir"]:
         shutil.rmtree(spec["cache_dir"], ignore_errors=True)  # the leader builds, the other maps
     leader = collect(run_child(side, spec, LEADER, "leader"))
-    return {"leader": leader, "other": collect(run_child(side, spec, OTHER, "worker"))}
+    result = {"leader": leader, "other": collect(run_child(side, spec, OTHER, "worker"))}
+    if spec["global_stream"]:
+        if spec["cache_dir"]:
+            shutil.rmtree(spec["cache_dir"], ignore_errors=True)  # it builds the node's epoch itself
+        result["global"] = collect(run_child(side, spec, LEADER, "global"))
+    return result
 
 
 # --- the table ---------------------------------------------------------------------------------
@@ -296,9 +302,11 @@ def table(results: dict, spec: dict) -> list[tuple]:
             ("peak RSS added, the local leader, MiB", ours["leader"]["peak_added"] / mib,
              theirs["leader"]["peak_added"] / mib, 0),
         ]
-        if "global_seconds" in ours["leader"]:
-            pairs.append(("mosaic_global_stream: a worker's first batch (every rank's ids), s",
-                          ours["leader"]["global_seconds"], theirs["leader"]["seconds"], 2))
+        if "global" in ours:
+            pairs += [("mosaic_global_stream: a worker's first batch (every rank's ids), s",
+                       ours["global"]["seconds"], theirs["leader"]["seconds"], 2),
+                      ("mosaic_global_stream: peak RSS added, MiB", ours["global"]["peak_added"] / mib,
+                       theirs["leader"]["peak_added"] / mib, 0)]
         for name, o, t, digits in pairs:
             rows.append((batching, name, f"{o:,.{digits}f}", f"{t:,.{digits}f}", f"{o / t:.2f}" if t else "-"))
         rows.append((batching, "same ids (first, count, sum; both workers)", "yes" if same else "NO", "", ""))
