@@ -17,6 +17,7 @@ The oracle for tokens is the served file read locally through a memory map.
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 
 import numpy as np
@@ -106,6 +107,65 @@ def test_a_replaced_file_of_another_size_is_refused_by_a_server_without_etags(co
         with pytest.raises(RemoteChangedError, match=rf"corpus\.bin: bytes \[{start}, {start + 10}\).*changed"):
             remote.read_pieces([3], [0], [5])
         assert server.statuses["corpus.bin"][-1] == 206  # the server did answer the range
+
+
+# --- every answer carries the validator seen at open (issue 41 items 1 and 2) ---------------------
+
+def _rewritten(folder, newer_by: int = 10) -> None:
+    """The .bin rewritten with other bytes of the same size, its mtime ``newer_by`` seconds on
+    (Last-Modified has whole seconds: a rewrite within the second would keep the date)."""
+    path = folder / "corpus.bin"
+    mtime = path.stat().st_mtime
+    path.write_bytes(path.read_bytes()[::-1])
+    os.utime(path, (mtime + newer_by, mtime + newer_by))
+
+
+def test_an_answer_without_the_etag_seen_at_open_is_never_served(copied):
+    """A strong ETag at open; then the file is rewritten (same size) and served without an ETag
+    by a server ignoring If-Match: each answer is retried as a fault, then a changed file."""
+    folder, prefix = copied
+    with RangeServer(folder) as server:
+        remote = IndexedFile.open(server.url + "/corpus", opener=fast(retries=2))
+        assert remote.read_pieces([3], [0], [5]).size == 5
+        server.etags, server.ignore_if_match = False, True
+        _rewritten(folder)
+        before = server.requests["corpus.bin"]
+        start = int(remote.sequence_starts[3]) * 2
+        with pytest.raises(RemoteChangedError, match=rf"corpus\.bin: bytes \[{start}, {start + 10}\).*without the "
+                                                     r"ETag") as error:
+            remote.read_pieces([3], [0], [5])
+        assert error.value.offset == start
+        assert server.requests["corpus.bin"] - before == 3  # retries + 1, every one a 206 refused
+        assert server.statuses["corpus.bin"][-3:] == [206] * 3
+
+
+def test_an_answer_without_the_etag_once_is_retried_and_the_tokens_are_right(served):
+    folder, prefix = served
+    pieces, expected = pieces_and_expected(prefix)
+    with RangeServer(folder) as server:
+        remote = IndexedFile.open(server.url + "/corpus", opener=fast())
+        server.unversioned["corpus.bin"] = 2  # a cache that strips the ETag from two answers
+        got = remote.read_pieces(*pieces)
+        assert server.unversioned["corpus.bin"] == 0
+    np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("ignores", [False, True], ids=["honours If-Unmodified-Since", "ignores it"])
+def test_a_server_with_only_last_modified_streams_and_a_rewrite_is_refused(copied, ignores):
+    """Issue 41 item 2: nginx and Apache without ETags answer If-Match (a date sent as one) by
+    412, so such a file could not be read; the date goes in If-Unmodified-Since, and every
+    answer's Last-Modified must be the one seen at open."""
+    folder, prefix = copied
+    pieces, expected = pieces_and_expected(prefix)
+    with RangeServer(folder) as server:
+        server.etags, server.last_modified, server.ignore_if_match = False, True, ignores
+        remote = IndexedFile.open(server.url + "/corpus", opener=fast(retries=1))
+        np.testing.assert_array_equal(remote.read_pieces(*pieces), expected)
+        assert 412 not in server.statuses["corpus.bin"]
+        _rewritten(folder)
+        with pytest.raises(RemoteChangedError, match=r"corpus\.bin: bytes \[\d+, \d+\).*changed"):
+            remote.read_pieces([3], [0], [5])
+        assert server.statuses["corpus.bin"][-1] == (206 if ignores else 412)
 
 
 # --- 200 to a ranged request ------------------------------------------------------------------

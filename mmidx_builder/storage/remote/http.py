@@ -8,7 +8,7 @@ import functools
 import os
 import threading
 
-from .answers import ShortBody, SlowBody, check_answer
+from .answers import ShortBody, SlowBody, check_answer, is_date
 from .server_waits import PAUSES, host_of
 from .objects import RemoteObject
 from .process_state import per_process
@@ -103,6 +103,10 @@ class HttpTarget:
         headers["Accept-Encoding"] = "identity"
         if route is not None:
             headers.update(route[1])
+        elif obj.version and is_date(obj.version):
+            # A server without ETags (only Last-Modified): a date is no entity-tag, and nginx and
+            # Apache answer If-Match with one by 412, so the file could not be read at all.
+            headers["If-Unmodified-Since"] = obj.version
         elif obj.version and not obj.version.startswith("W/"):
             headers["If-Match"] = obj.version  # a changed file answers 412 (when the server honours it)
         url = fs.encode_url(route[0] if route is not None else obj.url)
