@@ -23,7 +23,7 @@ import shutil
 import numpy as np
 import pytest
 
-from mmidx_builder.errors import RemoteChangedError, RemoteReadError
+from mmidx_builder.errors import RemoteChangedError, RemoteRateLimitError, RemoteReadError
 from mmidx_builder.sources.indexed import IndexedFile
 from range_server import RangeServer
 from test_remote import fast, http_client, quick_backoff, random_pieces, served  # noqa: F401 (fixtures)
@@ -277,9 +277,76 @@ def test_a_rate_limit_asking_for_more_than_the_bound_fails_at_once(served):
         remote = IndexedFile.open(server.url + "/corpus", opener=fast(max_wait=30))
         server.limit_headers = {"Retry-After": "3600"}
         server.limit["corpus.bin"] = 10 ** 6
-        with pytest.raises(RemoteReadError, match=r"3600"):
+        host = server.url.split("://")[1]
+        with pytest.raises(RemoteRateLimitError, match=rf"rate limited: {host} asks to wait 3600 s.*at most 30 s"):
             remote.read_pieces([5], [0], [10])
         assert server.requests["corpus.bin"] == 1
+
+
+# Waits a server asks for that spend no seconds (issue 41 item 3): "now", again and again.
+ZERO_WAITS = {"Retry-After 0": {"Retry-After": "0"},
+              "Retry-After in the past": {"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"},
+              "RateLimit t=0": {"RateLimit": '"api";r=0;t=0'}}
+
+
+@pytest.fixture
+def tiny_wait_floor(monkeypatch):
+    from mmidx_builder.storage.remote import server_waits
+
+    monkeypatch.setattr(server_waits, "WAIT_FLOOR_SECONDS", 0.01)
+
+
+@pytest.mark.parametrize("kind", sorted(ZERO_WAITS))
+def test_a_server_saying_retry_now_forever_is_asked_a_bounded_number_of_times(served, kind, tiny_wait_floor):
+    """429 with Retry-After: 0 forever got ~1,000 requests a second for as long as the process
+    lived: zero seconds never spend a budget of seconds. The waits are counted too."""
+    folder, prefix = served
+    with RangeServer(folder) as server:
+        remote = IndexedFile.open(server.url + "/corpus", opener=fast(max_waits=3))
+        server.limit_headers = ZERO_WAITS[kind]
+        server.limit["corpus.bin"] = 10 ** 6
+        host = server.url.split("://")[1]
+        start = int(remote.sequence_starts[5]) * 2
+        with pytest.raises(RemoteRateLimitError, match=rf"corpus\.bin: bytes \[{start}, {start + 20}\): rate "
+                                                        rf"limited: {host} asks to wait 0 s.*at most 3 waits"):
+            remote.read_pieces([5], [0], [10])
+        assert server.requests["corpus.bin"] == 4  # the first answer and three waits
+
+
+def test_each_wait_of_a_request_lasts_at_least_a_doubling_floor(served, tiny_wait_floor):
+    folder, prefix = served
+    with RangeServer(folder) as server:
+        remote = IndexedFile.open(server.url + "/corpus", opener=fast(max_waits=4))
+        server.limit_headers = {"Retry-After": "0"}
+        server.limit["corpus.bin"] = 10 ** 6
+        with pytest.raises(RemoteRateLimitError):
+            remote.read_pieces([5], [0], [10])
+        asked = [received for method, name, received, _ in server.answered if name == "corpus.bin" and method == "GET"]
+    # Waits of 10, 20, 40 and 80 ms at least (summed: the server's clock of each request jitters).
+    assert len(asked) == 5 and asked[-1] - asked[0] >= 0.15 - 0.01, np.diff(asked)
+
+
+def test_opening_a_file_whose_server_says_retry_now_forever_is_a_rate_limit_error(served, tiny_wait_floor):
+    folder, prefix = served
+    with RangeServer(folder) as server:
+        server.limit_headers = {"Retry-After": "0"}
+        server.limit["corpus"] = 10 ** 6
+        with pytest.raises(RemoteRateLimitError, match=r"corpus\.(idx|bin).*rate limited.*at most 2 waits"):
+            IndexedFile.open(server.url + "/corpus", opener=fast(max_waits=2))
+        # The .idx and the .bin are asked for at once: the first to fail ends the opening.
+        assert {len(s) for s in server.statuses.values()} <= {2, 3} and 3 in {len(s) for s in server.statuses.values()}
+        assert {s for answers in server.statuses.values() for s in answers} == {429}  # HEADs: 1 + 2 waits
+
+
+def test_a_429_without_a_wait_is_reported_as_a_rate_limit_after_its_retries(served):
+    folder, prefix = served
+    with RangeServer(folder) as server:
+        remote = IndexedFile.open(server.url + "/corpus", opener=fast(retries=2))
+        server.limit_headers = {}
+        server.limit["corpus.bin"] = 10 ** 6
+        with pytest.raises(RemoteRateLimitError, match=r"corpus\.bin: bytes \[\d+, \d+\).*HTTP 429.*3 attempt"):
+            remote.read_pieces([5], [0], [10])
+        assert server.requests["corpus.bin"] == 3
 
 
 # --- a server slower than the speed floor ---------------------------------------------------------

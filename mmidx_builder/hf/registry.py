@@ -425,6 +425,8 @@ def _listed(pattern: str, base_path: str, allowed_extensions, download_config) -
     prefix = protocol + "://" if protocol != "file" else ""
     glob_kwargs = {"expand_info": False} if protocol == "hf" else {}
     entries = {}
+    if _plain_url(pattern):  # fsspec's glob of a URL is a whole-file GET: a HEAD each instead
+        return {url: None for url in _existing_urls(pattern, storage_options)}
     for each in filter(None, (fs_pattern, partner_pattern(fs_pattern))):
         for path, info in fs.glob(each, detail=True, **glob_kwargs).items():
             if (df._is_inside_unrequested_special_dir(path, fs_pattern)
@@ -435,6 +437,26 @@ def _listed(pattern: str, base_path: str, allowed_extensions, download_config) -
                 continue
             entries[full] = entry_kind(full, info.get("type", "file"), bool(info.get("islink")))
     return entries
+
+
+def _plain_url(pattern: str) -> bool:
+    """An http(s) URL without glob characters: fsspec's HTTP glob of one asks whether it
+    exists with a GET of the whole file (``_exists``), hung up after the headers, and calls a
+    429 or a 503 "not there"; storage/remote/http_info.py asks with a HEAD."""
+    from fsspec.implementations.http import has_magic
+
+    return pattern.startswith(("http://", "https://")) and "::" not in pattern and not has_magic(pattern)
+
+
+def _existing_urls(url: str, storage_options: dict) -> list[str]:
+    """``url`` and its ``.idx`` partner (for a ``.bin``), those of them that exist, each asked
+    with a HEAD (RemoteAccess.stat: a rate limit waited out within its bounds, or said as one)."""
+    from ..storage.remote import RemoteAccess
+    from .pair_listing import partner_pattern
+
+    urls = [u for u in (url, partner_pattern(url)) if u]
+    found = RemoteAccess(storage_options=storage_options).stat_many(urls, missing_ok=True)
+    return [u for u, obj in zip(urls, found) if obj is not None]
 
 
 def _account_for_every_listed_file(data_files) -> None:
@@ -448,8 +470,11 @@ def _account_for_every_listed_file(data_files) -> None:
     def resolve_pattern(pattern, base_path, allowed_extensions=None, download_config=None):
         ledger = getattr(_listings, "ledger", None)
         try:
-            matched = resolve(pattern, base_path, allowed_extensions=allowed_extensions,
-                              download_config=download_config)
+            if ledger is not None and _plain_url(pattern):  # as datasets resolves it, with a HEAD, not a GET
+                matched = _resolve_url(pattern, allowed_extensions, download_config)
+            else:
+                matched = resolve(pattern, base_path, allowed_extensions=allowed_extensions,
+                                  download_config=download_config)
             if ledger is not None:
                 _listings.matched.update(matched)  # a set: datasets probes a folder with overlapping patterns
             return matched
@@ -464,6 +489,23 @@ def _account_for_every_listed_file(data_files) -> None:
 
     resolve_pattern._mmidx = True
     data_files.resolve_pattern = resolve_pattern
+
+
+def _resolve_url(pattern: str, allowed_extensions, download_config) -> list[str]:
+    """datasets.data_files.resolve_pattern of a plain http(s) URL (_plain_url): ``[pattern]``
+    when it exists and has an allowed extension, else its FileNotFoundError, worded as its."""
+    from datasets import data_files as df
+
+    url, storage_options = df._prepare_path_and_storage_options(pattern, download_config=download_config)
+    name = df.xbasename(url)
+    exists = name not in df.FILES_TO_IGNORE and url in _existing_urls(url, storage_options)[:1]
+    if exists and (allowed_extensions is None or any("." + suffix in allowed_extensions
+                                                     for suffix in name.split(".")[1:])):
+        return [url]
+    error_msg = f"Unable to find '{url}'"
+    if allowed_extensions is not None:
+        error_msg += f" with any supported extension {list(allowed_extensions)}"
+    raise FileNotFoundError(error_msg)
 
 
 def _ours(module) -> bool:

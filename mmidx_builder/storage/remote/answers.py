@@ -21,7 +21,7 @@ import logging
 import re
 import threading
 
-from ...errors import RemoteChangedError, RemoteReadError
+from ...errors import RemoteChangedError, RemoteRateLimitError, RemoteReadError
 from .objects import RemoteObject
 from .server_waits import asked_wait, host_of
 
@@ -204,4 +204,5 @@ def typed_error(obj: RemoteObject, start: int, stop: int, error, attempts: int):
                                   f"the file seen when it was opened (size {obj.size}, version {obj.version})",
                                   f"a changed or removed file ({type(error).__name__}: {error})", offset=start,
                                   hint="the remote file changed while it was read; reopen the dataset")
-    return RemoteReadError(obj.url, start, stop, f"{type(error).__name__}: {error} (after {attempts} attempt(s))")
+    kind = RemoteRateLimitError if status_of(error) == 429 else RemoteReadError  # 429 without a wait to keep
+    return kind(obj.url, start, stop, f"{type(error).__name__}: {error} (after {attempts} attempt(s))")

@@ -103,8 +103,8 @@ class _Batch(_RequestBatch):
 
     __slots__ = ("targets", "timeout", "floor")
 
-    def __init__(self, parts, targets, retries, timeout, priority, dropped, max_wait, floor):
-        super().__init__(parts, None, retries, priority, dropped, max_wait)
+    def __init__(self, parts, targets, retries, timeout, priority, dropped, max_wait, floor, max_waits):
+        super().__init__(parts, None, retries, priority, dropped, max_wait, max_waits)
         self.targets, self.timeout, self.floor = targets, timeout, floor
 
 
@@ -340,7 +340,7 @@ def fetch(access, fs, parts, dropped: threading.Event | None = None, priority: i
         if (obj.url, id(route)) not in targets:
             targets[obj.url, id(route)] = _Target(fs, obj, route, environment)
     batch = _Batch(parts, targets, access.retries, access.timeout, priority, dropped, access.max_wait,
-                   (access.min_speed, access.slow_seconds))
+                   (access.min_speed, access.slow_seconds), access.max_waits)
     transfers = per_process("libcurl transfers", lambda: _Transfers(REQUESTS_IN_FLIGHT))
     transfers.submit(batch)
     return batch.wait(transfers.call_locked)

@@ -111,7 +111,7 @@ def fetch_async(access, fs, parts, dropped: threading.Event | None = None,
             async with connection_slot(fs, session) if session is not None else contextlib.nullcontext():
                 return await asyncio.wait_for(_get_async(fs, obj, start, stop), access.timeout)
 
-    batch = Batch(parts, send, access.retries, priority, dropped, access.max_wait)
+    batch = Batch(parts, send, access.retries, priority, dropped, access.max_wait, access.max_waits)
     fs.loop.call_soon_threadsafe(submit, batch)
     return batch.wait(fs.loop.call_soon_threadsafe)
 
