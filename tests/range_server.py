@@ -23,6 +23,7 @@ at a time, by requests whose file name contains the key):
     limit[name]    answers ``limit_status`` (429) with ``limit_headers`` (``Retry-After``,
                    ``RateLimit``...) this many times
     trickle[name]  sends the body one byte a second (headers at once), this many times
+    no_head        True: HEAD is answered 405 (a server that answers only GETs)
     capacity       None, or the most requests answered at once: more get 503 at once, without
                    ``Retry-After`` (an overloaded server); ``refused`` counts them
     ignore_if_match  True: ``If-Match`` and ``If-Unmodified-Since`` are ignored (a changed file is
@@ -93,6 +94,12 @@ class _RangeHandler(SimpleHTTPRequestHandler):
         return path if os.path.isfile(path) else None
 
     def do_HEAD(self):
+        if self.server.no_head:  # a server that answers no HEAD
+            self.send_response(405)
+            self.send_header("Allow", "GET")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         self._serve(body=False)
 
     def do_GET(self):
@@ -304,6 +311,7 @@ class RangeServer:
         httpd.ignore_if_match = False
         httpd.etags = True
         httpd.last_modified = False
+        httpd.no_head = False
         httpd.capacity, httpd.refused = None, 0
         if ssl_context is not None:  # HTTPS: each connection's TLS handshake in its own thread
             httpd.socket = ssl_context.wrap_socket(httpd.socket, server_side=True, do_handshake_on_connect=False)
@@ -319,7 +327,7 @@ class RangeServer:
 
     def __setattr__(self, name, value):
         if name in ("latency", "bandwidth", "stall_seconds", "shift_bytes", "limit_status", "limit_headers",
-                    "ignore_if_match", "etags", "last_modified", "capacity", "max_in_flight"):
+                    "ignore_if_match", "etags", "last_modified", "no_head", "capacity", "max_in_flight"):
             setattr(self._httpd, name, value)
         else:
             super().__setattr__(name, value)

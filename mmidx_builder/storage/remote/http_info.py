@@ -54,6 +54,7 @@ async def http_info(fs, url: str) -> dict:
         match = _TOTAL.fullmatch(response.headers.get("Content-Range", ""))
         if status == 206 and match:
             size = int(match[1])
+            await response.read()  # the one byte: the connection is kept for the next request
         else:  # 200: the whole file is coming; its length is the size, and the connection is dropped
             length = response.headers.get("Content-Length", "")
             size = int(length) if length.strip().isdigit() else None
