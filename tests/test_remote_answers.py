@@ -368,3 +368,57 @@ def test_an_answer_slower_than_the_floor_is_abandoned_and_tried_once_more(served
                                                   r"(slow|no byte).*2 attempt"):
             remote.read_pieces([5], [0], [10])
         assert server.requests["corpus.bin"] == 4  # twice, not retries + 1 times
+
+
+@pytest.mark.parametrize("stage", ["headers", "body"])
+def test_a_silent_server_is_given_up_on_within_the_floor_before_the_first_byte_too(served, stage):
+    """Issue 41 item 4: a server that sends nothing (not even its headers) is abandoned after the
+    floor's seconds and tried once more, through both clients: libcurl's low-speed check does
+    not run before the headers, and such a server was given up on after retries x timeout."""
+    import time
+
+    folder, prefix = served
+    with RangeServer(folder) as server:
+        access = fast(timeout=20, retries=5, min_speed=1024, slow_seconds=1)
+        remote = IndexedFile.open(server.url + "/corpus", opener=access)
+        if stage == "headers":
+            server.stall_seconds = 10
+            server.stall["corpus.bin"] = 10 ** 6
+        else:
+            server.trickle["corpus.bin"] = 10 ** 6
+        began = time.monotonic()
+        with pytest.raises(RemoteReadError, match=r"corpus\.bin: bytes \[\d+, \d+\).*2 attempt"):
+            remote.read_pieces([5], [0], [10])
+        assert time.monotonic() - began < 10  # two floors of 1 s, not a timeout of 20 s (nor 6 of them)
+        assert server.requests["corpus.bin"] == 2
+
+
+@pytest.fixture
+def silent_port():
+    """A port whose connections the kernel accepts and no one answers: no TLS handshake, no byte."""
+    import socket
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(64)
+        yield listener.getsockname()[1]
+
+
+def test_a_server_silent_from_the_connection_on_is_given_up_on_within_the_floor(silent_port):
+    """HTTPS to a server that never answers the TLS handshake: libcurl's low-speed check does not
+    run while it connects (and its connect timeout was 300 s, capped by the request's), aiohttp's
+    read timeout neither; both now give up after the floor's seconds and try once more."""
+    import time
+
+    from mmidx_builder.storage.remote import RemoteObject
+
+    access = fast(timeout=20, retries=5, min_speed=1024, slow_seconds=1)
+    url = f"https://127.0.0.1:{silent_port}/corpus.bin"
+    began = time.monotonic()
+    with pytest.raises(RemoteReadError, match=r"corpus\.bin: bytes \[0, 10\).*2 attempt"):
+        access.fetch([RemoteObject(url, 1000, '"v"')], [0], [10])
+    assert time.monotonic() - began < 10  # two floors of 1 s, not 6 attempts of 20 s
+    began = time.monotonic()
+    with pytest.raises(RemoteReadError, match=r"opened\.bin: bytes \[0, 0\).*2 attempt"):
+        fast(timeout=20, retries=5, slow_seconds=1).stat(url.replace("corpus", "opened"))
+    assert time.monotonic() - began < 10

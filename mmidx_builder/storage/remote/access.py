@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from ...errors import NO_SUCH_FILE, MissingPartnerError, RemoteRateLimitError, RemoteReadError
 from ..files import is_remote
 from .answers import status_of
-from .answers import classify
+from .answers import SlowBody, classify
 from .block_cache import cache_for
 from .fetching import fetch_async, fetch_threads
 from .http import http_client, io_loop
@@ -139,12 +139,12 @@ class RemoteAccess:
         from fsspec.asyn import sync as fsspec_sync
 
         fs, path = self.filesystem(url)
-        attempt, budget = 0, WaitBudget(self.max_wait, self.max_waits)
+        attempt, budget, slowed = 0, WaitBudget(self.max_wait, self.max_waits), False
         while True:
             try:
                 # HTTP: a HEAD or a one-byte GET (http_info), never fsspec's whole-file GET.
-                info = (fsspec_sync(fs.loop, http_info, fs, path) if type(fs).__name__ == "HTTPFileSystem"
-                        else fs.info(path))
+                info = (fsspec_sync(fs.loop, http_info, fs, path, self.timeout, self.slow_seconds)
+                        if type(fs).__name__ == "HTTPFileSystem" else fs.info(path))
                 break
             except Exception as error:  # noqa: BLE001 (classified below)
                 if isinstance(error, FileNotFoundError) and status_of(error.__cause__) not in (None, 404):
@@ -161,8 +161,11 @@ class RemoteAccess:
                 if told is not None:  # as a ranged read waits (server_waits), within the same bounds
                     time.sleep(budget.take(host_of(getattr(error, "url", None) or url), *told, url))
                     continue
-                if classify(error) != "retry" or attempt == self.retries:
-                    if status is None or isinstance(error, (FileNotFoundError, RemoteReadError)):
+                kind = classify(error)
+                slow_again = isinstance(error, SlowBody) and slowed  # a silent server: tried once more, no further
+                slowed = slowed or isinstance(error, SlowBody)
+                if kind != "retry" or attempt == self.retries or slow_again:
+                    if isinstance(error, (FileNotFoundError, RemoteReadError)) or (status is None and kind != "retry"):
                         raise error
                     raise typed_stat_error(url, error, attempt + 1) from error
                 time.sleep(backoff(attempt))

@@ -93,7 +93,10 @@ def fetch_async(access, fs, parts, dropped: threading.Event | None = None,
     if type(fs).__name__ == "HTTPFileSystem":
         import aiohttp
 
-        timeout = aiohttp.ClientTimeout(total=access.timeout, sock_read=access.slow_seconds)
+        # sock_connect: a server silent during the TCP or TLS handshake is given up on as one
+        # silent after it (sock_read), not after the whole timeout.
+        timeout = aiohttp.ClientTimeout(total=access.timeout, sock_read=access.slow_seconds,
+                                        sock_connect=access.slow_seconds)
         floor = (access.min_speed, access.slow_seconds)
         environment = trusted_environment() if fs.client_kwargs.get("trust_env") else None
         targets = {}  # (url, route) -> HttpTarget, made on the loop's thread

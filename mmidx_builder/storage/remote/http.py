@@ -133,10 +133,11 @@ class HttpTarget:
                 if not check_answer(obj, start, stop, response.status, response.headers, response.url, self.version):
                     return await self._body(response.content)
                 return await _slice(response.content, start, stop)
-        except asyncio.TimeoutError as error:  # aiohttp's sock_read: nothing for the floor's seconds
-            if self.floor is None or not type(error).__name__ == "SocketTimeoutError":
+        except asyncio.TimeoutError as error:  # aiohttp's sock_read or sock_connect: nothing for the floor's seconds
+            if self.floor is None or type(error).__name__ not in ("SocketTimeoutError", "ConnectionTimeoutError"):
                 raise
-            raise SlowBody(f"no byte from {self.url.host}:{self.url.port} for {self.floor[1]:g} s") from error
+            what = "no connection" if type(error).__name__ == "ConnectionTimeoutError" else "no byte"
+            raise SlowBody(f"{what} from {self.url.host}:{self.url.port} for {self.floor[1]:g} s") from error
 
     async def _body(self, content) -> bytes:
         """The body, abandoned once it has come slower than the floor for longer than its seconds."""

@@ -14,9 +14,10 @@ retries or waits out within its bounds.
 
 from __future__ import annotations
 
+import asyncio
 import re
 
-from .answers import HTTPStatus
+from .answers import HTTPStatus, SlowBody
 from .server_waits import asked_wait
 
 _TOTAL = re.compile(r"\s*bytes\s+(?:\d+-\d+|\*)/(\d+)\s*")
@@ -28,14 +29,28 @@ def _versions(headers) -> dict:
     return {k: headers[k] for k in ("ETag", "Last-Modified") if headers.get(k)}
 
 
-async def http_info(fs, url: str) -> dict:
+async def http_info(fs, url: str, timeout: float | None = None, silence: float | None = None) -> dict:
     """fsspec's ``info`` of ``url`` on HTTP filesystem ``fs`` (``size``, ``ETag``,
-    ``Last-Modified``), from a HEAD or a one-byte ranged GET; FileNotFoundError for 404/410."""
+    ``Last-Modified``), from a HEAD or a one-byte ranged GET; FileNotFoundError for 404/410.
+    ``timeout``: seconds per request; ``silence``: seconds without a connection or a byte after
+    which it is given up (RemoteAccess ``slow_seconds``), as a ranged read is."""
+    import aiohttp
+
     session = await fs.set_session()
     options = dict(fs.kwargs)
+    if timeout is not None:
+        options.setdefault("timeout", aiohttp.ClientTimeout(total=timeout, sock_connect=silence, sock_read=silence))
     headers = {**(options.pop("headers", None) or {}), "Accept-Encoding": "identity"}
     options.setdefault("allow_redirects", True)
-    encoded = fs.encode_url(url)
+    try:
+        return await _asked(session, fs.encode_url(url), url, headers, options)
+    except asyncio.TimeoutError as error:  # aiohttp's sock_connect or sock_read: silent for ``silence`` s
+        if type(error).__name__ not in ("SocketTimeoutError", "ConnectionTimeoutError"):
+            raise
+        raise SlowBody(f"no answer from {url} for {silence:g} s") from error
+
+
+async def _asked(session, encoded, url: str, headers: dict, options: dict) -> dict:
     info = {"name": url, "type": "file", "size": None}
     async with session.head(encoded, headers=headers, **options) as response:
         status = response.status
