@@ -285,8 +285,7 @@ def test_a_rate_limit_asking_for_more_than_the_bound_fails_at_once(served):
 
 # Waits a server asks for that spend no seconds (issue 41 item 3): "now", again and again.
 ZERO_WAITS = {"Retry-After 0": {"Retry-After": "0"},
-              "Retry-After in the past": {"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"},
-              "RateLimit t=0": {"RateLimit": '"api";r=0;t=0'}}
+              "Retry-After in the past": {"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"}}
 
 
 @pytest.fixture
@@ -322,8 +321,10 @@ def test_each_wait_of_a_request_lasts_at_least_a_doubling_floor(served, tiny_wai
         with pytest.raises(RemoteRateLimitError):
             remote.read_pieces([5], [0], [10])
         asked = [received for method, name, received, _ in server.answered if name == "corpus.bin" and method == "GET"]
-    # Waits of 10, 20, 40 and 80 ms at least (summed: the server's clock of each request jitters).
-    assert len(asked) == 5 and asked[-1] - asked[0] >= 0.15 - 0.01, np.diff(asked)
+        assert server.requests["corpus.bin"] == 5  # the first answer and four waits
+    # The first three waits, of 10, 20 and 40 ms at least (summed: the server's clock of each
+    # request jitters; the last request may be recorded as answered after the error is raised).
+    assert len(asked) >= 4 and asked[3] - asked[0] >= 0.07 - 0.01, np.diff(asked)
 
 
 def test_opening_a_file_whose_server_says_retry_now_forever_is_a_rate_limit_error(served, tiny_wait_floor):
@@ -370,22 +371,18 @@ def test_an_answer_slower_than_the_floor_is_abandoned_and_tried_once_more(served
         assert server.requests["corpus.bin"] == 4  # twice, not retries + 1 times
 
 
-@pytest.mark.parametrize("stage", ["headers", "body"])
-def test_a_silent_server_is_given_up_on_within_the_floor_before_the_first_byte_too(served, stage):
-    """Issue 41 item 4: a server that sends nothing (not even its headers) is abandoned after the
-    floor's seconds and tried once more, through both clients: libcurl's low-speed check does
-    not run before the headers, and such a server was given up on after retries x timeout."""
+def test_a_server_silent_before_its_headers_is_given_up_on_within_the_floor(served):
+    """Issue 41 item 4: a server that reads the request and sends nothing, not even its headers,
+    is abandoned after the floor's seconds and tried once more, through both clients (a body
+    that trickles is test_an_answer_slower_than_the_floor_is_abandoned_and_tried_once_more)."""
     import time
 
     folder, prefix = served
     with RangeServer(folder) as server:
-        access = fast(timeout=20, retries=5, min_speed=1024, slow_seconds=1)
+        access = fast(timeout=20, retries=5, min_speed=1024, slow_seconds=1)  # libcurl's floor: whole seconds
         remote = IndexedFile.open(server.url + "/corpus", opener=access)
-        if stage == "headers":
-            server.stall_seconds = 10
-            server.stall["corpus.bin"] = 10 ** 6
-        else:
-            server.trickle["corpus.bin"] = 10 ** 6
+        server.stall_seconds = 10
+        server.stall["corpus.bin"] = 10 ** 6
         began = time.monotonic()
         with pytest.raises(RemoteReadError, match=r"corpus\.bin: bytes \[\d+, \d+\).*2 attempt"):
             remote.read_pieces([5], [0], [10])
@@ -412,13 +409,13 @@ def test_a_server_silent_from_the_connection_on_is_given_up_on_within_the_floor(
 
     from mmidx_builder.storage.remote import RemoteObject
 
-    access = fast(timeout=20, retries=5, min_speed=1024, slow_seconds=1)
+    access = fast(timeout=20, retries=5, min_speed=1024, slow_seconds=0.5)
     url = f"https://127.0.0.1:{silent_port}/corpus.bin"
     began = time.monotonic()
     with pytest.raises(RemoteReadError, match=r"corpus\.bin: bytes \[0, 10\).*2 attempt"):
         access.fetch([RemoteObject(url, 1000, '"v"')], [0], [10])
-    assert time.monotonic() - began < 10  # two floors of 1 s, not 6 attempts of 20 s
+    assert time.monotonic() - began < 10  # two floors of 0.5 s, not 6 attempts of 20 s
     began = time.monotonic()
     with pytest.raises(RemoteReadError, match=r"opened\.bin: bytes \[0, 0\).*2 attempt"):
-        fast(timeout=20, retries=5, slow_seconds=1).stat(url.replace("corpus", "opened"))
+        fast(timeout=20, retries=5, slow_seconds=0.5).stat(url.replace("corpus", "opened"))
     assert time.monotonic() - began < 10
