@@ -101,7 +101,8 @@ INTERNALS = {
     # imported by datasets.load before its hook runs
     "datasets.data_files": ("DataFilesDict", "sanitize_patterns", "resolve_pattern", "is_relative_path", "xjoin",
                             "_prepare_path_and_storage_options", "_is_inside_unrequested_special_dir",
-                            "_is_unrequested_hidden_file_or_is_inside_unrequested_hidden_dir"),
+                            "_is_unrequested_hidden_file_or_is_inside_unrequested_hidden_dir", "xbasename",
+                            "FILES_TO_IGNORE"),
     "datasets.info": ("DatasetInfosDict.from_dataset_card_data",),
     "datasets.utils.metadata": ("MetadataConfigs.from_dataset_card_data",),
     "datasets.features": ("Features._from_yaml_list",),
@@ -425,8 +426,6 @@ def _listed(pattern: str, base_path: str, allowed_extensions, download_config) -
     prefix = protocol + "://" if protocol != "file" else ""
     glob_kwargs = {"expand_info": False} if protocol == "hf" else {}
     entries = {}
-    if _plain_url(pattern):  # fsspec's glob of a URL is a whole-file GET: a HEAD each instead
-        return {url: None for url in _existing_urls(pattern, storage_options)}
     for each in filter(None, (fs_pattern, partner_pattern(fs_pattern))):
         for path, info in fs.glob(each, detail=True, **glob_kwargs).items():
             if (df._is_inside_unrequested_special_dir(path, fs_pattern)
@@ -469,38 +468,44 @@ def _account_for_every_listed_file(data_files) -> None:
 
     def resolve_pattern(pattern, base_path, allowed_extensions=None, download_config=None):
         ledger = getattr(_listings, "ledger", None)
+        from .pair_listing import problems
+
+        def is_data_file(path, allowed=allowed_extensions):
+            return allowed is None or any("." + s in allowed for s in os.path.basename(path).split(".")[1:])
+
+        if ledger is not None and _plain_url(pattern):
+            # As datasets resolves it, with a HEAD of the URL and of its partner, not a GET; a
+            # failure other than "not there" (a rate limit, a silent server) is raised as it is.
+            url, storage_options = data_files._prepare_path_and_storage_options(pattern,
+                                                                              download_config=download_config)
+            existing = _existing_urls(url, storage_options)
+            ledger.extend(problems(dict.fromkeys(existing), is_data_file))
+            matched = _matched_url(url, existing, allowed_extensions)
+            _listings.matched.update(matched)
+            return matched
         try:
-            if ledger is not None and _plain_url(pattern):  # as datasets resolves it, with a HEAD, not a GET
-                matched = _resolve_url(pattern, allowed_extensions, download_config)
-            else:
-                matched = resolve(pattern, base_path, allowed_extensions=allowed_extensions,
-                                  download_config=download_config)
+            matched = resolve(pattern, base_path, allowed_extensions=allowed_extensions,
+                              download_config=download_config)
             if ledger is not None:
                 _listings.matched.update(matched)  # a set: datasets probes a folder with overlapping patterns
             return matched
         finally:
             if ledger is not None:
-                from .pair_listing import problems
-
-                def is_data_file(path, allowed=allowed_extensions):
-                    return allowed is None or any("." + s in allowed for s in os.path.basename(path).split(".")[1:])
-
                 ledger.extend(problems(_listed(pattern, base_path, allowed_extensions, download_config), is_data_file))
 
     resolve_pattern._mmidx = True
     data_files.resolve_pattern = resolve_pattern
 
 
-def _resolve_url(pattern: str, allowed_extensions, download_config) -> list[str]:
-    """datasets.data_files.resolve_pattern of a plain http(s) URL (_plain_url): ``[pattern]``
-    when it exists and has an allowed extension, else its FileNotFoundError, worded as its."""
+def _matched_url(url: str, existing: list[str], allowed_extensions) -> list[str]:
+    """datasets.data_files.resolve_pattern of a plain http(s) URL (_plain_url) that
+    ``existing`` says is there or not: ``[url]`` when it is and has an allowed extension, else
+    its FileNotFoundError, worded as its."""
     from datasets import data_files as df
 
-    url, storage_options = df._prepare_path_and_storage_options(pattern, download_config=download_config)
     name = df.xbasename(url)
-    exists = name not in df.FILES_TO_IGNORE and url in _existing_urls(url, storage_options)[:1]
-    if exists and (allowed_extensions is None or any("." + suffix in allowed_extensions
-                                                     for suffix in name.split(".")[1:])):
+    if url in existing[:1] and name not in df.FILES_TO_IGNORE and (
+            allowed_extensions is None or any("." + suffix in allowed_extensions for suffix in name.split(".")[1:])):
         return [url]
     error_msg = f"Unable to find '{url}'"
     if allowed_extensions is not None:

@@ -70,7 +70,8 @@ class RemoteAccess:
         key = self.__dict__.get("_made_key")
         if key is None:
             key = json.dumps([self.storage_options, self.cache_dir, self.max_cache_bytes, self.timeout, self.retries,
-                              self.max_wait, self.min_speed, self.slow_seconds, self.max_waits], sort_keys=True, default=repr)
+                              self.max_wait, self.min_speed, self.slow_seconds, self.max_waits], sort_keys=True,
+                             default=repr)
             object.__setattr__(self, "_made_key", key)  # frozen: the fields it is made of never change
         return key
 

@@ -128,9 +128,10 @@ class WaitBudget:
         if self.count >= self.max_waits or self.waited + delay > self.max_wait:
             bound = (f"at most {self.max_waits} waits (RemoteAccess max_waits)" if self.count >= self.max_waits
                      else f"at most {self.max_wait:.0f} s in all (RemoteAccess max_wait)")
-            raise RemoteRateLimitError(url, start, stop, f"rate limited: {host} asks to wait {seconds:.0f} s ({why}); "
-                                                         f"this request waited {self.count} times, {self.waited:.0f} s, "
-                                                         f"as told already, and waits {bound}")
+            raise RemoteRateLimitError(url, start, stop,
+                                       f"rate limited: {host} asks to wait {seconds:.0f} s ({why}); this request "
+                                       f"waited {self.count} times, {self.waited:.0f} s, as told already, and waits "
+                                       f"{bound}")
         PAUSES.pause(host, delay, why, self.max_wait, self.max_waits)
         delay = max(delay, PAUSES.remaining(host))
         self.waited += delay
