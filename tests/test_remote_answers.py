@@ -9,7 +9,12 @@ behave as real ones sometimes do, through both HTTP clients (libcurl and aiohttp
 - ``Content-Encoding`` on a range (identity is asked for; an encoded range is refused by
   both clients alike);
 - 429 / 503 with ``Retry-After`` or ``RateLimit``: waited out as told, without using the
-  retry budget, logged once naming the host, within a bound.
+  retry budget, logged once naming the host, within bounds of time and count whatever the
+  server says (0, a date in the past, an hour), then a RemoteRateLimitError;
+- an answer without the ETag (or Last-Modified) seen at open: retried, then a changed file;
+  a server with only Last-Modified (412 to If-Match, as nginx and Apache) streams;
+- a server silent before its headers, or during the TCP/TLS handshake: given up on after
+  the speed floor's seconds, twice (issue 41).
 
 The oracle for tokens is the served file read locally through a memory map.
 """

@@ -26,6 +26,8 @@ import threading
 import time
 import urllib.parse
 
+from ...errors import RemoteRateLimitError
+
 logger = logging.getLogger(__name__)
 
 # The longest one request waits when servers ask it to (429/503 with Retry-After or RateLimit),
@@ -122,8 +124,6 @@ class WaitBudget:
         """The seconds to wait now that ``host`` asked for ``seconds`` (``why``), the host's pause
         set; a RemoteRateLimitError naming ``url``'s range, the host, the wait and the bound when
         that is beyond the budget."""
-        from ...errors import RemoteRateLimitError
-
         delay = max(seconds, min(WAIT_FLOOR_MAX_SECONDS, WAIT_FLOOR_SECONDS * 2 ** self.count))
         if self.count >= self.max_waits or self.waited + delay > self.max_wait:
             bound = (f"at most {self.max_waits} waits (RemoteAccess max_waits)" if self.count >= self.max_waits
