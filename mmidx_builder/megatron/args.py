@@ -22,12 +22,15 @@ get_blend_and_blend_per_split``, ``pretrain_gpt.py:core_gpt_dataset_config_from_
 
 Where Megatron-LM versions differ (``--rampup-batch-size``, NullTokenizer's EOD, which options
 exist), ``megatron_version`` picks one (versions.py). Arguments that make Megatron-LM build
-another dataset (UNSUPPORTED) are refused, naming the flag; a flag that is a near miss of one
-read here (``--reset-postion-ids``) is refused as a typo; every other argument is ignored: the
-ones known not to change the samples (IGNORED) silently, the others named in a warning.
-Without ``--global-batch-size``, Megatron-LM's default is derived where the launcher gives the
-world size (``WORLD_SIZE``, as Megatron-LM reads it), else refused naming what gives it. A command line is parsed with argparse
-because it is one (the library's own API takes plain keyword arguments).
+another dataset (UNSUPPORTED) are refused, naming the flag; a command line Megatron-LM's own
+parser would refuse (an option it does not have, an abbreviation, a value of the wrong type or
+not among the choices: lm_parser.py) is refused with its reason, and so are the batch sizes its
+``validate_args`` refuses (batch_sizes.py); every other argument is ignored: the ones known not
+to change the samples (IGNORED) silently, the others named in a warning. Without
+``--global-batch-size``, Megatron-LM's default is derived where the launcher gives the world
+size (``WORLD_SIZE``, as Megatron-LM reads it), else refused naming what gives it. A command
+line is parsed with argparse because it is one (the library's own API takes plain keyword
+arguments).
 
 A new Megatron argument is one edit here: a row of ONE_TO_ONE when it sets one keyword, else
 its parser line and where it goes in :func:`_command_line_settings` or
