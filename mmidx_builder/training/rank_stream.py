@@ -66,7 +66,7 @@ from ..checks import check_int
 from ..errors import ParameterError
 from ..extras import require_torch
 from . import launchers
-from .state import STATE_FORMAT, STATE_VERSION, checked_state, combine_workers, find_states
+from .state import STATE_FORMAT, STATE_VERSION, checked_state, combine_workers, find_states, one_state
 
 torch = require_torch("megatron_rank_stream")
 
@@ -257,7 +257,7 @@ class MegatronRankStream(torch.utils.data.IterableDataset):
         if not states:
             raise ParameterError("not a megatron_rank_stream state: no dict with format "
                                  f"{STATE_FORMAT!r} found in it")
-        states = [checked_state(found, self.fingerprint, self.total_samples) for found in states]
+        states = one_state([checked_state(found, self.fingerprint, self.total_samples) for found in states])
         globals_ = [s for s in states if s["worker"] is None]
         if globals_:
             self._start = globals_[0]["consumed_samples"]
