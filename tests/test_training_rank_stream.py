@@ -582,3 +582,20 @@ def test_split_dataset_by_node_on_a_stream_of_samples_warns_it_is_not_megatrons_
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the whole stream: no warning
         assert len(list(data["stream"])) == total
+
+
+def test_the_split_dataset_by_node_warning_comes_once_per_process(data):
+    """Every warnings.catch_warnings() (torch, transformers, accelerate enter them around their
+    calls) empties Python's record of warnings shown: the warning came again at each shard read."""
+    import warnings
+
+    from datasets.distributed import split_dataset_by_node
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")
+        for _ in split_dataset_by_node(data["stream"], rank=1, world_size=2):
+            with warnings.catch_warnings():  # what a training loop's libraries do between rows
+                pass
+        assert len(list(split_dataset_by_node(data["stream"], rank=1, world_size=2))) > 7  # read again: 7 shards
+    said = [w for w in caught if "split_dataset_by_node(rank=1" in str(w.message)]
+    assert len(said) == 1, [str(w.message)[:60] for w in said]

@@ -49,8 +49,8 @@ import argparse
 import functools
 import json
 import shlex
-import warnings
 
+from ..warnings_once import warn_once
 from ..storage.files import read_small_file
 from ..errors import FormatError, ParameterError
 from .sampling import DEFAULT_SEED, DEFAULT_SEQ_LENGTH, check_settings
@@ -262,7 +262,7 @@ def _check_command_line(tokens: list[str], args, rest: list[str], version: str) 
     check_batch_sizes(args, tokens, version)
     unknown = sorted({t.split("=")[0] for t in rest if t.startswith("--")} - {f"--{n}" for n in IGNORED})
     if unknown:
-        warnings.warn(f"megatron_args: ignored, not read here: {', '.join(flag[2:] for flag in unknown)}; the "
+        warn_once(f"megatron_args: ignored, not read here: {', '.join(flag[2:] for flag in unknown)}; the "
                       "samples equal Megatron-LM's only if these arguments do not change them", stacklevel=4)
 
 
