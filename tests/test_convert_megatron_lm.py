@@ -24,7 +24,7 @@ import warnings
 
 import pytest
 
-from preprocess_data_oracle import oracle_runner
+from preprocess_data_oracle import OPTIONS_REQUEST, oracle_runner
 
 from mmidx_builder.convert import convert
 from mmidx_builder.errors import ConvertError
@@ -197,8 +197,10 @@ def megatron_outputs(oracle, root, all_cases) -> dict:
     for name in COMMAND_LINES:
         argvs.append(command_line(name, root, "megatron"))
         prefixes.append(str(root / "megatron" / "out" / name))
-    results = oracle.run(argvs)
-    return {name: (prefix, result["error"]) for name, prefix, result in zip(names, prefixes, results, strict=True)}
+    results = oracle.run(argvs + [[OPTIONS_REQUEST]])
+    outputs = {name: (prefix, result["error"]) for name, prefix, result in zip(names, prefixes, results[:-1],
+                                                                                 strict=True)}
+    return {**outputs, "options": results[-1]["options"]}
 
 
 def ours(case: Case, folder) -> str:
@@ -588,3 +590,15 @@ def test_mmidx_convert_given_preprocess_data_flags_names_the_command_that_takes_
         main(["convert", "--input", "x.jsonl", "--output-prefix", "o", "--tokenizer-type", "HuggingFaceTokenizer",
               "--workers", "1"])
     assert "run its command line unchanged as `mmidx preprocess-data" in capsys.readouterr().err
+
+
+def test_every_flag_of_preprocess_data_is_taken_by_mmidx_preprocess_data(megatron_outputs):
+    """Its parser's options (core_v0.16.1's, with the tokenizer flags it adds): each one is
+    parsed by `mmidx preprocess-data`, then followed or refused by name, never unrecognized."""
+    from mmidx_builder.cli import build_parser
+
+    theirs = set(megatron_outputs["options"]) - {"-h", "--help"}
+    assert {"--input", "--partitions", "--tokenizer-type", "--keep-sequential-samples"} <= theirs
+    command = build_parser()._subparsers._group_actions[0].choices["preprocess-data"]
+    ours = {o for a in command._actions for o in a.option_strings}
+    assert theirs <= ours, sorted(theirs - ours)
