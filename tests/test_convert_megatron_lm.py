@@ -508,6 +508,11 @@ COMMAND_LINES = {  # Megatron-LM's docs and examples, pointed at files made here
     "include_special_tokens": "--input {d}/corpus.jsonl --output-prefix {out} --tokenizer-type HuggingFaceTokenizer "
                               "--tokenizer-model {hf} --tokenizer-hf-include-special-tokens --workers 1 "
                               "--log-interval 5",
+    # examples/llama's tokenizer kinds, over a sentencepiece model trained here
+    "sentencepiece": "--input {d}/corpus.jsonl --output-prefix {out} --tokenizer-type GPTSentencePieceTokenizer "
+                     "--tokenizer-model {sp} --append-eod --workers 1",
+    "llama2_legacy": "--input {d}/corpus.jsonl --output-prefix {out} --tokenizer-type Llama2Tokenizer "
+                     "--tokenizer-model {sp} --legacy-tokenizer --append-eod --workers 1",
     # --partitions: lines dealt to the partitions in turn, then the pairs joined in partition order
     "partitions": "--input {d}/corpus.jsonl --output-prefix {out} --tokenizer-type HuggingFaceTokenizer "
                   "--tokenizer-model {hf} --append-eod --workers 2 --partitions 2",
@@ -540,7 +545,7 @@ def command_line(name: str, root, side: str) -> list[str]:
             for k, text in enumerate(DOCUMENTS):
                 f.write(json.dumps({"title": f"Title {k} {text[:9]}", "text": text}) + "\n")
     text = COMMAND_LINES[name].format(d=d, out=d / "out" / name, gpt2=root / "gpt2_files", bert=root / "bert_vocab.txt",
-                                      hf=root / "cr")
+                                      hf=root / "cr", sp=root / "sp.model")
     return shlex.split(text)
 
 
