@@ -54,6 +54,17 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.slow)
 
 
+@pytest.fixture(autouse=True)
+def _warnings_said_anew():
+    """warn_once (mmidx_builder/warnings_once.py) remembers a warning for the life of the process:
+    each test starts with none said, so a test that expects one sees it whatever ran before."""
+    import sys
+
+    said = sys.modules.get("mmidx_builder.warnings_once")  # not imported for it: tests of light imports
+    if said is not None:
+        said._said.clear()
+
+
 @pytest.fixture(scope="session")
 def megatron():
     """megatron-core's dataset package, the differential oracle.

@@ -248,14 +248,17 @@ def test_hf_trainer_on_a_global_stream_trains_each_rank_on_megatrons_order_and_r
 
 # --- in process: accelerate's IterableDatasetShard, the refusals ----------------------------------
 
-def shard_rows(dataset, process, workers, torch, batch_size=MICRO_BATCH):
+def shard_rows(dataset, process, workers, torch, batch_size=MICRO_BATCH, split_batches=False,
+               num_processes=WORLD_SIZE):
     """What accelerate's non-dispatching loader gives ``process`` (prepare_data_loader's wrapping,
     without a process group: IterableDatasetShard, then a DataLoader of the process's batch)."""
     from accelerate.data_loader import IterableDatasetShard
 
-    shard = IterableDatasetShard(dataset, batch_size=batch_size, num_processes=WORLD_SIZE, process_index=process)
+    shard = IterableDatasetShard(dataset, batch_size=batch_size, num_processes=num_processes, process_index=process,
+                                 split_batches=split_batches)
     shard.set_epoch(0)
-    loader = torch.utils.data.DataLoader(shard, batch_size=batch_size, num_workers=workers, collate_fn=list)
+    per_process = batch_size // num_processes if split_batches else batch_size
+    loader = torch.utils.data.DataLoader(shard, batch_size=per_process, num_workers=workers, collate_fn=list)
     return [row for batch in loader for row in batch]
 
 
@@ -328,3 +331,44 @@ def test_global_stream_misuse_is_refused_by_name(corpus, torch):
     alone = megatron_global_stream(corpus["dataset"], 1, MICRO_BATCH, consumed_samples=CONSUMED)
     assert [row["input_ids"] for row in alone] == [corpus["dataset"][i]["input_ids"]
                                                    for i in range(CONSUMED, corpus["total"] // 2 * 2)]
+
+
+def test_with_split_batches_the_refusal_gives_the_batch_size_that_works(corpus, sampler_class, torch):
+    """split_batches=True cuts each loader batch (the Trainer's per_device_train_batch_size) in
+    the process count: 3 processes of micro-batch 3 need 9, and the hint said 3, what was set."""
+    pytest.importorskip("accelerate")
+    from mmidx_builder import megatron_global_stream
+
+    stream = megatron_global_stream(corpus["dataset"], 3, 3)
+    with pytest.raises(ParameterError, match=r"use batch_size=9 \(with the HF Trainer, per_device_train_batch_size=9, "
+                                             r"which split_batches cuts in 3\)"):
+        shard_rows(stream, 0, 0, torch, batch_size=3, split_batches=True, num_processes=3)
+    for process in range(3):  # and 9 is what works
+        rows = shard_rows(megatron_global_stream(corpus["dataset"], 3, 3), process, 0, torch, batch_size=9,
+                          split_batches=True, num_processes=3)
+        want = megatron_order(sampler_class, corpus["total"], 0, 3, process, 3)
+        assert positions([row["input_ids"] for row in rows], corpus) == want
+
+
+@pytest.mark.parametrize("accumulation", [1, 4])
+def test_gradient_accumulation_ends_at_whole_global_batches_as_megatron_lm(accumulation, corpus, sampler_class,
+                                                                           torch):
+    """accelerate's last optimizer step takes the micro-batches left (fewer than the accumulation
+    steps) where Megatron-LM stops at whole global batches; gradient_accumulation_steps= ends the
+    stream there: each process's rows are the sampler's first whole global batches."""
+    pytest.importorskip("accelerate")
+    from mmidx_builder import megatron_global_stream, megatron_rank_stream
+
+    global_batch = WORLD_SIZE * MICRO_BATCH * accumulation
+    steps = (corpus["total"] - CONSUMED) // global_batch
+    assert (corpus["total"] - CONSUMED) % global_batch >= WORLD_SIZE * MICRO_BATCH or accumulation == 1  # a tail
+    for process in range(WORLD_SIZE):
+        stream = megatron_global_stream(corpus["dataset"], WORLD_SIZE, MICRO_BATCH, consumed_samples=CONSUMED,
+                                        gradient_accumulation_steps=accumulation)
+        rows = shard_rows(stream, process, 2, torch)
+        want = expected(sampler_class, corpus, process)[:steps * accumulation * MICRO_BATCH]
+        assert positions([row["input_ids"] for row in rows], corpus) == want
+        ranked = megatron_rank_stream(corpus["dataset"], process, WORLD_SIZE, MICRO_BATCH, consumed_samples=CONSUMED,
+                                      gradient_accumulation_steps=accumulation)
+        assert positions([row["input_ids"] for row in ranked], corpus) == want
+        assert len(ranked) == len(want) and len(stream) == len(want) * WORLD_SIZE
