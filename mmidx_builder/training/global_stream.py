@@ -103,22 +103,8 @@ class MegatronGlobalStream(MegatronRankStream):
     # --- how accelerate deals ------------------------------------------------------------------
 
     def _dealt(self, dealing: launchers.Dealing) -> None:
-        if dealing.num_processes != self.world_size:
-            raise ParameterError(
-                f"megatron_global_stream(world_size={self.world_size}) is dealt out by accelerate over "
-                f"{dealing.num_processes} processes: make it with world_size={dealing.num_processes} (with the HF "
-                "Trainer, TrainingArguments.world_size; with accelerate, accelerator.num_processes)")
-        if dealing.process_rows != self.micro_batch_size:
-            wanted = self.micro_batch_size * (dealing.num_processes if dealing.split_batches else 1)
-            other = "" if dealing.process_rows is None else \
-                f", or make the stream with micro_batch_size={dealing.process_rows}"
-            # The Trainer's loader batch is per_device_train_batch_size, which split_batches then cuts.
-            cut = f", which split_batches cuts in {dealing.num_processes}" if dealing.split_batches else ""
-            raise ParameterError(
-                f"accelerate gives each process {dealing.process_rows} rows per step from a loader of "
-                f"batch_size={dealing.loader_batch_size}, but the stream's micro_batch_size is "
-                f"{self.micro_batch_size}: use batch_size={wanted} (with the HF Trainer, "
-                f"per_device_train_batch_size={wanted}{cut}){other}")
+        launchers.check_dealing(dealing, "megatron_global_stream", self.world_size, "micro_batch_size",
+                                self.micro_batch_size)
         self._dealing = dealing
 
     def _begin(self, dealing: launchers.Dealing | None, batch_size: int | None, num_workers: int) -> bool:

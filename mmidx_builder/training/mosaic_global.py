@@ -93,18 +93,7 @@ class MosaicGlobalStream(MosaicRankStream):
         self._epochs.set(check_int("epoch", epoch, 0))
 
     def _dealt(self, dealing: launchers.Dealing) -> None:
-        if dealing.num_processes != self.world_size:
-            raise ParameterError(
-                f"mosaic_global_stream(world_size={self.world_size}) is dealt out by accelerate over "
-                f"{dealing.num_processes} processes: make it with world_size={dealing.num_processes} (with the HF "
-                "Trainer, TrainingArguments.world_size; with accelerate, accelerator.num_processes)")
-        if dealing.process_rows != self.batch_size:
-            wanted = self.batch_size * (dealing.num_processes if dealing.split_batches else 1)
-            raise ParameterError(
-                f"accelerate gives each process {dealing.process_rows} rows per step from a loader of "
-                f"batch_size={dealing.loader_batch_size}, but the stream's batch_size is {self.batch_size}: use a "
-                f"loader of batch_size={wanted} (with the HF Trainer, per_device_train_batch_size="
-                f"{wanted}), or make the stream with batch_size={dealing.process_rows}")
+        launchers.check_dealing(dealing, "mosaic_global_stream", self.world_size, "batch_size", self.batch_size)
         self._dealing = dealing
 
     def __iter__(self):
