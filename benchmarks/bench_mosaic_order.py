@@ -4,6 +4,7 @@ mosaicml-streaming 0.13.0's own ``StreamingDataset``, side by side in one run (i
     .venv/bin/python benchmarks/bench_mosaic_order.py [--samples 100e6] [--shards 10000]
         [--nodes 8] [--ranks-per-node 8] [--workers 8] [--batch-size 8] [--repeats 1]
         [--batching random,stratified] [--workdir /tmp/mosaic-order-bench] [--cache-dir DIR] [--no-cache]
+        [--global-stream]
 
 Quick run: ``--samples 1e6 --shards 1000``.
 
@@ -55,6 +56,11 @@ defaults otherwise; --batch-size samples per rank's batch):
   node mean            (leader + 63 other workers) / 64: the memory per worker of a node
   leader peak          the leader's peak RSS (VmHWM) minus its RSS after the imports: what
                        the node must fit once while the epoch is built
+
+--global-stream adds rows: a third fresh process of ours, as mosaic_global_stream's worker
+(accelerate's process 0, which deals every rank's ids of the epoch, epoch_work, building the
+node's epoch file): its time to the first batch and its peak, against StreamingDataset's
+leader's time to its first sample id and its peak.
 
 Ratios are ours / StreamingDataset's: the goal is <= 1.0 on time and memory per worker.
 """
@@ -196,6 +202,8 @@ def child_ours(spec: dict) -> dict:
 
     import numpy as np
 
+    if spec.get("global_stream"):
+        from mmidx_builder.training.mosaic_global import every_rank_steps  # imports torch: before the clock
     before = _rollup()
     start = time.perf_counter()
     path = os.path.join(spec["folder"], "index.json")
@@ -207,7 +215,12 @@ def child_ours(spec: dict) -> dict:
                                                           batching_method=spec["batching"]), cache_dir=cache_dir)
     world = OrderWorld(spec["nodes"], spec["ranks_per_node"], spec["workers"])
     plan = order.resume_point(world, None, 0)
-    ids = order.worker_sample_ids(plan, **spec["place"])
+    if spec["role"] == "global":
+        # mosaic_global_stream's worker (accelerate's process 0) deals every rank's ids before its first batch.
+        steps = every_rank_steps(order, plan, spec["batch_size"])
+        ids = np.concatenate([steps.batch(rank, 0) for rank in range(world.num_ranks)])
+    else:
+        ids = order.worker_sample_ids(plan, **spec["place"])
     seconds = time.perf_counter() - start
     shared = sum(entry.stat().st_size for entry in os.scandir(cache_dir) if entry.name.endswith(".npy")) \
         if cache_dir else 0
@@ -253,7 +266,12 @@ def measure(side: str, spec: dict) -> dict:
     if spec["cache_dir"]:
         shutil.rmtree(spec["cache_dir"], ignore_errors=True)  # the leader builds, the other maps
     leader = collect(run_child(side, spec, LEADER, "leader"))
-    return {"leader": leader, "other": collect(run_child(side, spec, OTHER, "worker"))}
+    result = {"leader": leader, "other": collect(run_child(side, spec, OTHER, "worker"))}
+    if spec["global_stream"]:
+        if spec["cache_dir"]:
+            shutil.rmtree(spec["cache_dir"], ignore_errors=True)  # it builds the node's epoch itself
+        result["global"] = collect(run_child(side, spec, LEADER, "global"))
+    return result
 
 
 # --- the table ---------------------------------------------------------------------------------
@@ -284,6 +302,11 @@ def table(results: dict, spec: dict) -> list[tuple]:
             ("peak RSS added, the local leader, MiB", ours["leader"]["peak_added"] / mib,
              theirs["leader"]["peak_added"] / mib, 0),
         ]
+        if "global" in ours:
+            pairs += [("mosaic_global_stream: a worker's first batch (every rank's ids), s",
+                       ours["global"]["seconds"], theirs["leader"]["seconds"], 2),
+                      ("mosaic_global_stream: peak RSS added, MiB", ours["global"]["peak_added"] / mib,
+                       theirs["leader"]["peak_added"] / mib, 0)]
         for name, o, t, digits in pairs:
             rows.append((batching, name, f"{o:,.{digits}f}", f"{t:,.{digits}f}", f"{o / t:.2f}" if t else "-"))
         rows.append((batching, "same ids (first, count, sum; both workers)", "yes" if same else "NO", "", ""))
@@ -305,6 +328,8 @@ def main() -> None:
                         help="ours without cache_dir: every worker builds the epoch itself")
     parser.add_argument("--cache-dir", help="ours' cache_dir (cleared before each side's run; default: "
                         "WORKDIR/order-cache, on the disk; /dev/shm/... is where StreamingDataset's epoch lives)")
+    parser.add_argument("--global-stream", action="store_true",
+                        help="also time mosaic_global_stream's worker, which deals every rank's ids (accelerate)")
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -317,7 +342,8 @@ def main() -> None:
     spec = {"folder": folder, "nodes": args.nodes, "ranks_per_node": args.ranks_per_node, "workers": args.workers,
             "batch_size": args.batch_size, "ready": os.path.join(args.workdir, "leader.ready"),
             "done": os.path.join(args.workdir, "other.done"),
-            "cache_dir": None if args.no_cache else args.cache_dir or os.path.join(args.workdir, "order-cache")}
+            "cache_dir": None if args.no_cache else args.cache_dir or os.path.join(args.workdir, "order-cache"),
+            "global_stream": args.global_stream}
     results = {}
     for batching in args.batching.split(","):
         spec["batching"] = batching

@@ -38,6 +38,9 @@ same samples: each worker reads every n-th shard and plans its own gathers);
 misbehave (issue 32 item 4): moto with a 300 MB object (each GET costs it a copy of the
 object), a 1 byte/s server (each HTTP client), the Hub's resolver budget spent at start; each
 row a time to the end or to the error, and whether the tokens are the local stream's.
+``silent``, ``retry-now`` and ``last-modified`` (issue 41) add rows of servers as deployed ones
+fail: one silent before its headers, one answering 429 with ``Retry-After: 0`` forever, one
+with ``Last-Modified`` and no ``ETag`` (412 to ``If-Match``, as nginx and Apache).
 
 ``--blend-prefixes 50`` prints another table instead: a Megatron blend of that many prefixes
 (``data_path``, ``split_ratios``, ``--blend-tokens`` tokens each) loaded from a local folder and
@@ -441,6 +444,35 @@ def trickle_rows(args, work: str, folder: str, prefix: str) -> list[str]:
     return rows
 
 
+# Servers that fail as deployed ones do (issue 41): name -> (row label, how the RangeServer is set).
+HOSTILE_SERVERS = {
+    "silent": ("server silent before its headers", lambda server: (setattr(server, "stall_seconds", 3600),
+                                                                   server.stall.update({"corpus.bin": 10 ** 9}))),
+    "retry-now": ("429 Retry-After: 0 forever", lambda server: (setattr(server, "limit_headers", {"Retry-After": "0"}),
+                                                                server.limit.update({"corpus.bin": 10 ** 9}))),
+    "last-modified": ("Last-Modified, no ETag (412 to If-Match)",
+                      lambda server: (setattr(server, "etags", False), setattr(server, "last_modified", True))),
+}
+
+
+def hostile_rows(args, work: str, folder: str, local: dict, case: str) -> list[str]:
+    """One of HOSTILE_SERVERS through each HTTP client, with the default RemoteAccess: a time to
+    the end or to the error (every wait bounded), and whether the tokens are the local ones."""
+    from range_server import RangeServer
+
+    label, setup = HOSTILE_SERVERS[case]
+    rows = []
+    for client in args.http_clients.split(","):
+        with RangeServer(folder) as server:
+            setup(server)
+            result = in_subprocess({"url": server.url + "/corpus.bin", "samples": args.hub_limit_samples,
+                                    "tokens": True, "http_client": client, "deadline": args.slow_deadline,
+                                    "hf_cache": os.path.join(work, f"hf-{case}-{client}")})
+            requests = server.requests.get("corpus.bin")
+        rows.append(_slow_row(f"{label} ({'libcurl' if client == 'auto' else client})", result, local, requests))
+    return rows
+
+
 def rate_limited_hub_rows(args, work: str, folder: str, local: dict) -> list[str]:
     """The Hub as huggingface.co serves large files (/resolve/ redirects to a CDN at signed
     URLs), with and without a resolver budget spent by others (other ranks, other jobs of the
@@ -504,7 +536,7 @@ def slow_servers(args) -> None:
     lines = []
     if "overloaded-s3" in cases:
         lines += overloaded_s3_rows(args, work)
-    if {"trickle", "rate-limited-hub"} & set(cases):
+    if {"trickle", "rate-limited-hub", *HOSTILE_SERVERS} & set(cases):
         folder = os.path.join(work, "data")
         prefix = make_corpus(folder, args.tokens)
         local = in_subprocess({"url": prefix + ".bin", "samples": args.hub_limit_samples, "tokens": True,
@@ -513,6 +545,9 @@ def slow_servers(args) -> None:
             lines += trickle_rows(args, work, folder, prefix)
         if "rate-limited-hub" in cases:
             lines += rate_limited_hub_rows(args, work, folder, local)
+        for case in HOSTILE_SERVERS:
+            if case in cases:
+                lines += hostile_rows(args, work, folder, local, case)
     print("| server | ended with | seconds | first sample (s) | tokens = local | GETs of the .bin | "
           "fewest requests in flight |")
     print("|---|---|---|---|---|---|---|")
@@ -544,8 +579,8 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=4,
                         help="rows for whole passes through a DataLoader with 0 and this many workers (0: none)")
     parser.add_argument("--slow-servers", default="",
-                        help="instead of the table: overloaded-s3, trickle, rate-limited-hub (comma-separated),"
-                             " each a row of time to the end or to an error")
+                        help="instead of the table: overloaded-s3, trickle, rate-limited-hub, silent, retry-now,"
+                             " last-modified (comma-separated), each a row of time to the end or to an error")
     parser.add_argument("--overload-tokens", type=float, default=150e6, help="corpus of the overloaded-s3 row")
     parser.add_argument("--overload-samples", type=int, default=200, help="samples of the overloaded-s3 row")
     parser.add_argument("--hub-limit-samples", type=int, default=1000, help="samples of the rate-limited-hub rows")

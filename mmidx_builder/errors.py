@@ -8,6 +8,7 @@
     ├── MissingCodecError (ImportError)  a compressed shard whose codec is not installed
     ├── UnsafeEncodingError (ParameterError)  an MDS column whose reading runs code (pkl), not allowed
     ├── RemoteReadError (OSError)   a remote byte range still failing after its retries
+    │   └── RemoteRateLimitError    a server asking to wait longer or more often than the bounds
     ├── OutOfSpaceError (OSError)   a write that does not fit in its folder's free space
     ├── UnwritableFolderError (OSError)  a folder load_dataset must write in that cannot be written
     ├── ParameterError (ValueError) a setting cannot work (seq_length < 1, too many samples...)
@@ -107,6 +108,12 @@ class RemoteReadError(MMIdxError, OSError):
 
     def __reduce__(self):  # raised in DataLoader workers: must cross processes whole
         return type(self), (self.path, self.start, self.stop, self.reason)
+
+
+class RemoteRateLimitError(RemoteReadError):
+    """A server that rate-limits (429, or 503 with ``Retry-After``) beyond the bounds of waiting:
+    it asked for a wait longer than what is left of ``max_wait``, or for more than
+    ``max_waits`` waits. The message names the host, the wait asked and the bound."""
 
 
 class OutOfSpaceError(MMIdxError, OSError):

@@ -54,6 +54,17 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.slow)
 
 
+@pytest.fixture(autouse=True)
+def _warnings_said_anew():
+    """warn_once (mmidx_builder/warnings_once.py) remembers a warning for the life of the process:
+    each test starts with none said, so a test that expects one sees it whatever ran before."""
+    import sys
+
+    said = sys.modules.get("mmidx_builder.warnings_once")  # not imported for it: tests of light imports
+    if said is not None:
+        said._said.clear()
+
+
 @pytest.fixture(scope="session")
 def megatron():
     """megatron-core's dataset package, the differential oracle.
@@ -166,6 +177,15 @@ def torch():
     except ImportError as error:
         require_or_skip(f"torch does not import ({error})")
     return module
+
+
+@pytest.fixture
+def quick_worker_shutdown(torch, monkeypatch):
+    """A DataLoader whose worker raised is shut down in ~0.2 s instead of ~10: torch joins each
+    worker for MP_STATUS_CHECK_INTERVAL (5 s) and the worker that raised in its dataset's
+    ``__iter__`` is never sent its stop signal (its status was already cleared), so the join
+    always times out. For the tests of refusals raised inside workers."""
+    monkeypatch.setattr(torch.utils.data._utils, "MP_STATUS_CHECK_INTERVAL", 0.1)
 
 
 def require_oracle_module(module: str, install: str = "scripts/install_oracle_extras.sh"):

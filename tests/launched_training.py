@@ -49,6 +49,7 @@ def loop(stream, rank, world_size):
     return out
 
 
+RESUME_STEPS = 3  # where the resumed MosaicML runs were stopped
 MOSAIC = {"batch_size": 2, "shuffle": True, "shuffle_algo": "py1e", "shuffle_seed": 5, "shuffle_block_size": 7}
 
 
@@ -62,6 +63,16 @@ def mosaic(rows, rank, world_size):
                                              collate_fn=list)
         out[f"workers{workers}"] = [[int(row["input_ids"][0]) for batch in loader for row in batch]
                                     for _epoch in range(2)]
+    # A run stopped after RESUME_STEPS steps of epoch 0, resumed by a new stream from its state.
+    stopped = mmidx_builder.mosaic_rank_stream(rows, rank=rank, world_size=world_size, **MOSAIC)
+    loader = torch.utils.data.DataLoader(stopped, batch_size=MOSAIC["batch_size"], collate_fn=list)
+    for _step, _batch in zip(range(RESUME_STEPS), loader):
+        pass
+    state = stopped.state_dict(num_samples=RESUME_STEPS * MOSAIC["batch_size"] * world_size)
+    resumed = mmidx_builder.mosaic_rank_stream(rows, rank=rank, world_size=world_size, **MOSAIC)
+    resumed.load_state_dict(state)
+    loader = torch.utils.data.DataLoader(resumed, batch_size=MOSAIC["batch_size"], num_workers=2, collate_fn=list)
+    out["resumed-workers2"] = [int(row["input_ids"][0]) for batch in loader for row in batch]
     return out
 
 
@@ -90,6 +101,17 @@ def mosaic_accelerate(rows, rank, world_size, out_dir):
                                                                      collate_fn=first_token_of_each))
             out[f"{'dispatch' if dispatch else 'shard'}-workers{workers}"] = \
                 [[int(token) for tokens in loader for token in tokens] for _epoch in range(2)]
+        # A Composer-format state taken after RESUME_STEPS steps, resumed by a new stream.
+        stopped = mmidx_builder.mosaic_global_stream(rows, world_size=world_size, batch_size=batch, **settings)
+        loader = accelerator.prepare(torch.utils.data.DataLoader(stopped, batch_size=batch,
+                                                                 collate_fn=first_token_of_each))
+        for _step, _batch in zip(range(RESUME_STEPS), loader):
+            pass
+        resumed = mmidx_builder.mosaic_global_stream(rows, world_size=world_size, batch_size=batch, **settings)
+        resumed.load_state_dict(stopped.state_dict(num_samples=RESUME_STEPS * batch * world_size))
+        loader = accelerator.prepare(torch.utils.data.DataLoader(resumed, batch_size=batch, num_workers=2,
+                                                                 collate_fn=first_token_of_each))
+        out[f"{'dispatch' if dispatch else 'shard'}-resumed-workers2"] = [int(t) for tokens in loader for t in tokens]
 
     vocab = 1 + max(max(row["input_ids"]) for row in rows)
     seen = []

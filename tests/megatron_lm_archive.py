@@ -59,6 +59,22 @@ out = {"configs": []}
 sys.argv = ["pretrain_gpt.py", "--seq-length", "8"]
 arguments.parse_args()
 out["options"] = sorted({o for a in parsers[0]._actions for o in a.option_strings if o.startswith("--")})
+KINDS = {"_StoreAction": "store", "_StoreTrueAction": "true", "_StoreFalseAction": "false",
+         "BooleanOptionalAction": "bool", "_StoreConstAction": "const"}
+spec = []
+for a in parsers[0]._actions:
+    if type(a).__name__ == "_HelpAction":
+        continue
+    kind = KINDS[type(a).__name__]  # a KeyError: an action kind SPEC_LINE does not describe yet
+    if kind == "bool":
+        names = [o for o in a.option_strings if not o.startswith("--no-")]
+    else:
+        names = list(a.option_strings)
+    typed = {None: "str", int: "int", float: "float", str: "str"}.get(a.type, "any") if kind == "store" else "-"
+    choices = "-" if a.choices is None or typed == "any" else "|".join(str(c) for c in a.choices)
+    nargs = "-" if a.nargs is None or kind != "store" else str(a.nargs)
+    spec.append(" ".join([",".join(names), kind, nargs, typed, choices]))
+out["spec"] = sorted(spec)
 if request["argvs"]:
     import pretrain_gpt
 for argv in request["argvs"]:
@@ -71,6 +87,38 @@ for argv in request["argvs"]:
               "sequence_length")}
     fields.update(eod=int(config.tokenizer.eod), pad=int(getattr(config.tokenizer, "pad", -1)))
     out["configs"].append(fields)
+# Accept or refuse: parse_args, validate_args and the micro-batch calculator that
+# set_global_variables builds (where a global batch size that does not divide is refused),
+# under each case's WORLD_SIZE; argparse's message is what it prints before exiting.
+import contextlib, io, os
+out["checks"] = []
+# parse_args builds its ~800-option parser anew each call (most of a check's time): the first
+# one built is handed back to the later calls, which then parse exactly as a fresh one would.
+built = []
+build = arguments.add_megatron_arguments
+def built_once(parser):
+    if not built:
+        built.append(build(parser))
+    return built[0]
+arguments.add_megatron_arguments = built_once
+for argv, world_size in request.get("checks", []):
+    os.environ["WORLD_SIZE"] = str(world_size)
+    sys.argv = ["pretrain_gpt.py", *argv]
+    printed = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(printed):
+            args = arguments.parse_args()
+            arguments.validate_args(args, {"tokenizer_type": "GPT2BPETokenizer"})
+            from megatron.core.num_microbatches_calculator import (destroy_num_microbatches_calculator,
+                                                                   init_num_microbatches_calculator)
+            init_num_microbatches_calculator(0, getattr(args, "rampup_batch_size", None), args.global_batch_size,
+                                             args.micro_batch_size,
+                                             args.data_parallel_size * getattr(args, "gtp_weight_remat_size", 1),
+                                             getattr(args, "decrease_batch_size_if_needed", False))
+            destroy_num_microbatches_calculator()
+        out["checks"].append({"ok": True, "error": ""})
+    except BaseException as error:  # SystemExit from argparse, AssertionError from validate_args
+        out["checks"].append({"ok": False, "error": f"{type(error).__name__}: {error} {printed.getvalue()[-400:]}"})
 json.dump(out, open(answer_path, "w"))
 """
 
@@ -94,13 +142,49 @@ def oracle(version: str, cache: Path):
     return python, folder
 
 
-def megatron_lm_reading(version: str, argvs: list[list[str]], cache: Path) -> dict:
-    """``{"options": [every --option of Megatron-LM's parser], "configs": [per argv, the
-    GPTDatasetConfig fields of READ and the tokenizer's eod and pad]}``."""
+def megatron_lm_reading(version: str, argvs: list[list[str]], cache: Path, checks=()) -> dict:
+    """``{"options": [every --option of Megatron-LM's parser], "spec": [its options as
+    mmidx_builder/megatron/lm_options.py lists them], "configs": [per argv, the GPTDatasetConfig
+    fields of READ and the tokenizer's eod and pad], "checks": [per (argv, WORLD_SIZE) of
+    ``checks``, {"ok": accepted, "error": why not}]}``: one Megatron-LM process for all."""
     python, folder = oracle(version, cache)
     request, answer = cache / f"read-{version}.json", cache / f"answer-{version}.json"
-    request.write_text(json.dumps({"argvs": argvs}))
+    request.write_text(json.dumps({"argvs": argvs, "checks": [list(check) for check in checks]}))
     result = subprocess.run([python, "-c", READ, str(request), str(answer)], cwd=cache, capture_output=True,
                             text=True, env={**os.environ, "PYTHONPATH": str(folder), "OMP_NUM_THREADS": "1"})
     assert result.returncode == 0, f"Megatron-LM {version} could not read the command lines: {result.stderr[-3000:]}"
     return json.loads(answer.read_text())
+
+
+# --- mmidx_builder/megatron/lm_options.py, written from the oracle -------------------------------
+
+OPTIONS_MODULE = ROOT / "mmidx_builder" / "megatron" / "lm_options.py"
+OPTIONS_HEADER = '''"""The options of Megatron-LM's pretrain_gpt.py parser (``megatron/training/arguments.py``
+``parse_args``) at each release followed, one line per option: its option strings, the action
+(store, true: store_true, false: store_false, bool: BooleanOptionalAction, const), nargs (``-``:
+one value), the type (int, float, str; any: a function of Megatron-LM's own, not checked here)
+and the choices (``|``-separated; ``-``: any). Names, types and choices only: what a command line
+must satisfy to be read by Megatron-LM.
+
+Written by ``python tests/megatron_lm_archive.py`` from Megatron-LM's own parser (the pinned
+archives); tests/test_megatron_lm_parser.py checks that it still equals it. Do not edit by hand.
+"""
+
+OPTIONS = {
+'''
+
+
+def write_options_module(cache: Path) -> None:
+    """Writes OPTIONS_MODULE from Megatron-LM's parser at each tag."""
+    body = OPTIONS_HEADER
+    for version in ORACLES:
+        lines = megatron_lm_reading(version, [], cache)["spec"]
+        body += f'    "{version}": """\\\n' + "\n".join(lines) + '\n""",\n'
+    OPTIONS_MODULE.write_text(body + "}\n")
+
+
+if __name__ == "__main__":
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        write_options_module(Path(folder))

@@ -93,7 +93,8 @@ class Runner:
 
     def run(self, cases: list[list[str]], cwd: str | None = None) -> list[dict]:
         """Each case is preprocess_data.py's argument list; returns per case ``{"ok": bool,
-        "error": str}`` (ok: every output .idx of the case exists)."""
+        "error": str}`` (ok: every output .idx of the case exists). A case ``[OPTIONS_REQUEST]``
+        returns ``{"options": [...]}``, the option strings of its parser."""
         import subprocess
 
         self.runs += 1
@@ -134,6 +135,31 @@ def _outputs(argv: list[str]) -> list[str]:
     return [f"{value('--output-prefix')}_{key}_{level}.idx" for key in keys or ["text"]]
 
 
+# A case of this one token asks for every option string of preprocess_data.py's parser.
+OPTIONS_REQUEST = "__options__"
+
+
+def _parser_options(preprocess_data) -> list[str]:
+    """The option strings of the parser ``get_args`` builds, caught as it parses."""
+    import argparse
+
+    caught = []
+    parse = argparse.ArgumentParser.parse_args
+
+    def catch(self, *args, **kwargs):
+        caught.append(self)
+        raise KeyboardInterrupt  # stop before anything runs
+
+    argparse.ArgumentParser.parse_args = catch
+    try:
+        preprocess_data.get_args()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        argparse.ArgumentParser.parse_args = parse
+    return sorted({o for a in caught[0]._actions for o in a.option_strings})
+
+
 def main(root: str, request: str, response: str) -> None:
     import warnings
 
@@ -146,6 +172,9 @@ def main(root: str, request: str, response: str) -> None:
         cases = json.load(f)
     results = []
     for argv in cases:
+        if argv == [OPTIONS_REQUEST]:
+            results.append({"ok": True, "error": "", "options": _parser_options(preprocess_data)})
+            continue
         sys.argv = ["preprocess_data.py"] + argv
         try:
             preprocess_data.main()

@@ -19,14 +19,20 @@ at a time, by requests whose file name contains the key):
     whole[name]    ignores ``Range``: answers 200 with the whole file
     gzip[name]     answers ``Content-Encoding: gzip`` (the range's bytes gzipped), whatever
                    the request's ``Accept-Encoding``
+    unversioned[name]  answers without ``ETag`` (a cache stripping it) this many times
     limit[name]    answers ``limit_status`` (429) with ``limit_headers`` (``Retry-After``,
                    ``RateLimit``...) this many times
     trickle[name]  sends the body one byte a second (headers at once), this many times
+    no_head        True: HEAD is answered 405 (a server that answers only GETs)
     capacity       None, or the most requests answered at once: more get 503 at once, without
                    ``Retry-After`` (an overloaded server); ``refused`` counts them
-    ignore_if_match  True: ``If-Match`` is ignored (a changed file is served with its new ETag)
+    ignore_if_match  True: ``If-Match`` and ``If-Unmodified-Since`` are ignored (a changed file is
+                   served with its new ETag)
     etags          False: no ``ETag`` header at all (a server without versions: only the size
-                   in ``Content-Range`` tells a replaced file)
+                   in ``Content-Range`` tells a replaced file); ``If-Match`` is then answered
+                   412, as nginx and Apache answer it when they send no ETag
+    last_modified  True: a ``Last-Modified`` header (the file's mtime), and ``If-Unmodified-Since``
+                   honoured (412 when the file is newer), as nginx and Apache do
 Records: ``sent`` / ``unranged`` (bytes by file name), ``whole_files_sent``, ``requests``
 (file name -> number of GETs), ``statuses`` (file name -> list of statuses answered),
 ``encodings`` (``Accept-Encoding`` headers of GETs -> count), ``max_in_flight`` (the most
@@ -37,6 +43,7 @@ monotonic clock, to count and overlap them).
 
 from __future__ import annotations
 
+import email.utils
 import gzip
 import os
 import re
@@ -87,6 +94,12 @@ class _RangeHandler(SimpleHTTPRequestHandler):
         return path if os.path.isfile(path) else None
 
     def do_HEAD(self):
+        if self.server.no_head:  # a server that answers no HEAD
+            self.send_response(405)
+            self.send_header("Allow", "GET")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         self._serve(body=False)
 
     def do_GET(self):
@@ -158,7 +171,18 @@ class _RangeHandler(SimpleHTTPRequestHandler):
         size = stat.st_size
         etag = f'"{size:x}-{stat.st_mtime_ns:x}"'
         wanted = None if server.ignore_if_match else self.headers.get("If-Match")
-        if wanted and wanted != "*" and etag not in [t.strip() for t in wanted.split(",")]:
+        unmodified = None if server.ignore_if_match else self.headers.get("If-Unmodified-Since")
+        modified = email.utils.formatdate(stat.st_mtime, usegmt=True)
+        if unmodified is not None and server.last_modified:
+            try:
+                newer = int(stat.st_mtime) > email.utils.parsedate_to_datetime(unmodified).timestamp()
+            except (TypeError, ValueError):  # a date that is no date: ignored (RFC 9110 13.1.4)
+                newer = False
+        else:
+            newer = False
+        # Without ETags, If-Match can match nothing (nginx, Apache): 412, whatever it holds.
+        if newer or (wanted and wanted != "*" and (not server.etags
+                                                   or etag not in [t.strip() for t in wanted.split(",")])):
             self._status(name, 412)
             self.send_response(412)
             self.send_header("Content-Length", "0")
@@ -185,8 +209,10 @@ class _RangeHandler(SimpleHTTPRequestHandler):
             self.send_response(200)
         self._status(name, 206 if ranged else 200)
         self.send_header("Accept-Ranges", "bytes")
-        if server.etags:
+        if server.etags and not (body and _take(server.unversioned, name, server.lock)):
             self.send_header("ETag", etag)
+        if server.last_modified:
+            self.send_header("Last-Modified", modified)
         if body and _take(server.gzip, name, server.lock):
             with open(path, "rb") as f:
                 f.seek(start)
@@ -278,11 +304,14 @@ class RangeServer:
         httpd.encodings = {}         # GETs by Accept-Encoding header
         httpd.fail, httpd.drop, httpd.cut, httpd.stall = {}, {}, {}, {}
         httpd.shift, httpd.whole, httpd.gzip, httpd.limit, httpd.trickle = {}, {}, {}, {}, {}
+        httpd.unversioned = {}
         httpd.stall_seconds = 3.0
         httpd.shift_bytes = 4096
         httpd.limit_status, httpd.limit_headers = 429, {"Retry-After": "1"}
         httpd.ignore_if_match = False
         httpd.etags = True
+        httpd.last_modified = False
+        httpd.no_head = False
         httpd.capacity, httpd.refused = None, 0
         if ssl_context is not None:  # HTTPS: each connection's TLS handshake in its own thread
             httpd.socket = ssl_context.wrap_socket(httpd.socket, server_side=True, do_handshake_on_connect=False)
@@ -298,7 +327,7 @@ class RangeServer:
 
     def __setattr__(self, name, value):
         if name in ("latency", "bandwidth", "stall_seconds", "shift_bytes", "limit_status", "limit_headers",
-                    "ignore_if_match", "etags", "capacity", "max_in_flight"):
+                    "ignore_if_match", "etags", "last_modified", "no_head", "capacity", "max_in_flight"):
             setattr(self._httpd, name, value)
         else:
             super().__setattr__(name, value)

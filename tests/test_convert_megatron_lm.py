@@ -16,6 +16,7 @@ import dataclasses
 import json
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -23,7 +24,7 @@ import warnings
 
 import pytest
 
-from preprocess_data_oracle import oracle_runner
+from preprocess_data_oracle import OPTIONS_REQUEST, oracle_runner
 
 from mmidx_builder.convert import convert
 from mmidx_builder.errors import ConvertError
@@ -184,15 +185,22 @@ def all_cases(root, source) -> dict:
 
 @pytest.fixture(scope="module")
 def megatron_outputs(oracle, root, all_cases) -> dict:
-    """name -> (output prefix, error) of preprocess_data.py for every case, in one run."""
+    """name -> (output prefix, error) of preprocess_data.py for every case, in one run; and
+    ``"cli:NAME"`` -> (output prefix, error) for every command line of COMMAND_LINES."""
     argvs, prefixes = [], []
     for k, case in enumerate(all_cases.values()):
         prefix = str(root / f"megatron{k}")
         argv = ["--input", case.input, "--output-prefix", prefix, "--workers", "1"] + case.megatron
         argvs.append(argv + (["--append-eod"] if case.append_eod else []))
         prefixes.append(prefix + "_text_document")
-    results = oracle.run(argvs)
-    return {name: (prefix, result["error"]) for name, prefix, result in zip(all_cases, prefixes, results)}
+    names = list(all_cases) + [f"cli:{name}" for name in COMMAND_LINES]
+    for name in COMMAND_LINES:
+        argvs.append(command_line(name, root, "megatron"))
+        prefixes.append(str(root / "megatron" / "out" / name))
+    results = oracle.run(argvs + [[OPTIONS_REQUEST]])
+    outputs = {name: (prefix, result["error"]) for name, prefix, result in zip(names, prefixes, results[:-1],
+                                                                                 strict=True)}
+    return {**outputs, "options": results[-1]["options"]}
 
 
 def ours(case: Case, folder) -> str:
@@ -481,3 +489,121 @@ def test_without_transformers_a_class_folder_is_refused_with_the_install_hint(al
 
     with pytest.raises(ConvertError, match=r"tokenizer_class 'GPT2TokenizerFast'.*pip install 'mmidx-builder\[transformers\]'"):
         HFTokenizersTokenizer(all_cases["gpt2_tokenizer_fast_normaliser"].tokenizer, use_transformers=False)
+
+
+# --- preprocess_data.py's own command lines, run unchanged by `mmidx preprocess-data` ----------
+
+COMMAND_LINES = {  # Megatron-LM's docs and examples, pointed at files made here
+    # README.md, "Data Preprocessing" (GPT): its command line, with --workers (required by both) and
+    # --legacy-tokenizer (without it core_v0.16.1 builds GPT-2 through transformers from the Hub)
+    "readme_gpt2": "--input {d}/corpus.jsonl --output-prefix {out} --vocab-file {gpt2}/vocab.json "
+                   "--tokenizer-type GPT2BPETokenizer --merge-file {gpt2}/merges.txt --append-eod --workers 2 "
+                   "--legacy-tokenizer",
+    # README.md (BERT), without --split-sentences (nltk would download Punkt), Megatron's own tokenizer
+    "readme_bert": "--input {d}/corpus.jsonl --output-prefix {out} --vocab-file {bert} "
+                   "--tokenizer-type BertWordPieceLowerCase --legacy-tokenizer --workers 1",
+    # shared/MEGATRON_CORE.md's measured form, a Hugging Face tokenizer folder
+    "huggingface": "--input {d}/corpus.jsonl --output-prefix {out} --tokenizer-type HuggingFaceTokenizer "
+                   "--tokenizer-model {hf} --append-eod --workers 2",
+    "include_special_tokens": "--input {d}/corpus.jsonl --output-prefix {out} --tokenizer-type HuggingFaceTokenizer "
+                              "--tokenizer-model {hf} --tokenizer-hf-include-special-tokens --workers 1 "
+                              "--log-interval 5",
+    # examples/llama's tokenizer kinds, over a sentencepiece model trained here
+    "sentencepiece": "--input {d}/corpus.jsonl --output-prefix {out} --tokenizer-type GPTSentencePieceTokenizer "
+                     "--tokenizer-model {sp} --append-eod --workers 1",
+    "llama2_legacy": "--input {d}/corpus.jsonl --output-prefix {out} --tokenizer-type Llama2Tokenizer "
+                     "--tokenizer-model {sp} --legacy-tokenizer --append-eod --workers 1",
+    # --partitions: lines dealt to the partitions in turn, then the pairs joined in partition order
+    "partitions": "--input {d}/corpus.jsonl --output-prefix {out} --tokenizer-type HuggingFaceTokenizer "
+                  "--tokenizer-model {hf} --append-eod --workers 2 --partitions 2",
+    # (an input of its own: preprocess_data.py reuses the partition files it finds beside its input)
+    "partitions_sequential": "--input {d}/sequential.jsonl --output-prefix {out} --tokenizer-type HuggingFaceTokenizer "
+                             "--tokenizer-model {hf} --append-eod --workers 2 --partitions 2 "
+                             "--keep-sequential-samples",
+    "partitions_glob": "--input {d}/parts/*.jsonl --output-prefix {out} --tokenizer-type HuggingFaceTokenizer "
+                       "--tokenizer-model {hf} --workers 3 --partitions 3",
+    "json_keys": "--input {d}/keys.jsonl --json-keys text title --output-prefix {out} "
+                 "--tokenizer-type GPT2BPETokenizer --vocab-file {gpt2}/vocab.json --merge-file {gpt2}/merges.txt "
+                 "--legacy-tokenizer --append-eod --workers 1",
+}
+
+
+def command_line(name: str, root, side: str) -> list[str]:
+    """COMMAND_LINES[name] for one side: each side reads its own copy of the inputs (Megatron-LM
+    writes its partition files beside them, where a glob would find them) and writes its own outputs."""
+    import shlex
+
+    d = root / side
+    if not d.exists():
+        (d / "parts").mkdir(parents=True)
+        (d / "out").mkdir()
+        write_jsonl(d / "corpus.jsonl", DOCUMENTS)  # 29 lines: partitions of unequal sizes
+        write_jsonl(d / "sequential.jsonl", DOCUMENTS)
+        write_jsonl(d / "parts" / "a.jsonl", DOCUMENTS[:11])
+        write_jsonl(d / "parts" / "b.jsonl", DOCUMENTS[11:], newline="\r\n")
+        with open(d / "keys.jsonl", "w", encoding="utf-8") as f:
+            for k, text in enumerate(DOCUMENTS):
+                f.write(json.dumps({"title": f"Title {k} {text[:9]}", "text": text}) + "\n")
+    text = COMMAND_LINES[name].format(d=d, out=d / "out" / name, gpt2=root / "gpt2_files", bert=root / "bert_vocab.txt",
+                                      hf=root / "cr", sp=root / "sp.model")
+    return shlex.split(text)
+
+
+@pytest.mark.parametrize("name", list(COMMAND_LINES))
+def test_preprocess_data_command_lines_run_unchanged_with_the_same_pairs(name, all_cases, megatron_outputs, root):
+    from mmidx_builder.cli import main
+
+    prefix, error = megatron_outputs[f"cli:{name}"]
+    argv = command_line(name, root, "ours")
+    keys = argv[argv.index("--json-keys") + 1:argv.index("--output-prefix")] if "--json-keys" in argv else ["text"]
+    # preprocess_data.py finalizes the last key's .idx only (its finalize call sits after its loop
+    # over the keys): the other keys' .bin files are the same, their .idx is never written there.
+    unwritten = f"no {prefix}_{keys[0]}_document.idx" if len(keys) > 1 else ""
+    assert error == unwritten, f"preprocess_data.py failed on {name}: {error}"
+    assert main(["preprocess-data", *argv]) == 0
+    for key in keys[:-1]:
+        theirs, mine = f"{prefix}_{key}_document", str(root / "ours" / "out" / f"{name}_{key}_document")
+        assert open(mine + ".bin", "rb").read() == open(theirs + ".bin", "rb").read(), (name, key)
+    for key in keys[-1:]:
+        theirs, mine = f"{prefix}_{key}_document", str(root / "ours" / "out" / f"{name}_{key}_document")
+        assert same_bytes(mine, theirs), (name, key)
+
+
+@pytest.mark.parametrize("flags, says", [
+    ("--tokenizer-type NullTokenizer --vocab-size 100", "NullTokenizer is not supported by mmidx: .*--tokenizer none"),
+    ("--tokenizer-type HuggingFaceTokenizer --tokenizer-model M --tokenizer-hf-use-fast",
+     "--tokenizer-hf-use-fast is not followed by mmidx"),
+    ("--tokenizer-type HuggingFaceTokenizer --tokenizer-model M --partitions 2", "--workers 1 is not divisible by "
+                                                                                 "--partitions 2"),
+    ("--tokenizer-type GPT2BPETokenizer --vocab-file V", "GPT2BPETokenizer needs --merge-file"),
+    ("--tokenizer-type HuggingFaceTokenizer --tokenizer-model M --find-optimal-num-workers", "run with --workers N"),
+])
+def test_a_preprocess_data_flag_not_followed_is_refused_naming_what_to_use(flags, says, tmp_path, capsys):
+    from mmidx_builder.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["preprocess-data", "--input", "x.jsonl", "--output-prefix", str(tmp_path / "o"), "--workers", "1",
+              *flags.split()])
+    assert re.search(says, capsys.readouterr().err)
+    assert not list(tmp_path.iterdir())
+
+
+def test_mmidx_convert_given_preprocess_data_flags_names_the_command_that_takes_them(capsys):
+    from mmidx_builder.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["convert", "--input", "x.jsonl", "--output-prefix", "o", "--tokenizer-type", "HuggingFaceTokenizer",
+              "--workers", "1"])
+    assert "run its command line unchanged as `mmidx preprocess-data" in capsys.readouterr().err
+
+
+def test_every_flag_of_preprocess_data_is_taken_by_mmidx_preprocess_data(megatron_outputs):
+    """Its parser's options (core_v0.16.1's, with the tokenizer flags it adds): each one is
+    parsed by `mmidx preprocess-data`, then followed or refused by name, never unrecognized."""
+    from mmidx_builder.cli import build_parser
+
+    theirs = set(megatron_outputs["options"]) - {"-h", "--help"}
+    assert {"--input", "--partitions", "--tokenizer-type", "--keep-sequential-samples"} <= theirs
+    command = build_parser()._subparsers._group_actions[0].choices["preprocess-data"]
+    ours = {o for a in command._actions for o in a.option_strings}
+    assert theirs <= ours, sorted(theirs - ours)

@@ -145,3 +145,24 @@ def test_a_spent_resolver_window_is_waited_out(hub, corpus, tmp_path, http_clien
         hub.redirect, hub.resolver_limit = False, None
     np.testing.assert_array_equal(got, local_rows(corpus, str(tmp_path / "hf"), 50))
     assert waited >= 1
+
+
+def test_a_resolver_asking_to_wait_a_day_is_a_rate_limit_error_not_a_days_sleep(hub, corpus, tmp_path, http_client):
+    """Issue 41 item 4: huggingface_hub's own backoff slept a 429's Retry-After as given
+    (``time.sleep(86401)``); the resolve now waits within the reader's bounds (max_wait, 300 s
+    by default), and a day is beyond them at once: an error naming the host and the wait."""
+    from mmidx_builder.errors import RemoteRateLimitError
+
+    repo_id = f"me/a-day-{http_client}"
+    publish(hub, corpus, repo_id)
+    dataset = load_dataset(repo_id, split="train", streaming=True, cache_dir=str(tmp_path / "hf"), seq_length=SEQ)
+    hub.redirect = True
+    hub.resolver_limit = (1, 86401)  # one resolver request a day ...
+    hub._take_resolver_request()  # ... spent by someone else
+    try:
+        # The wait asked: what is left of the window (its start is the server's, shared by the module's tests).
+        with pytest.raises(RemoteRateLimitError, match=r"train\.(bin|idx).*rate limited: 127\.0\.0\.1:\d+ asks to "
+                                                       r"wait \d{4,} s.*at most 300 s"):
+            within(DEADLINE, lambda: next(iter(dataset)))
+    finally:
+        hub.redirect, hub.resolver_limit = False, None

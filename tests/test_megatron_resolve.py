@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import warnings
 
 import numpy as np
 import pytest
@@ -104,7 +105,8 @@ def test_unsupported_megatron_arguments_are_refused_by_name(flag):
 def test_a_near_miss_of_a_flag_read_here_is_refused_naming_both(typo, meant):
     """Before, a misspelt collator flag was one more name in the "ignored" warning, and the
     batches silently lacked it."""
-    with pytest.raises(ParameterError, match=f"{typo} is not a Megatron argument this reads; did you mean {meant}"):
+    with pytest.raises(ParameterError, match=f"{typo} is not an argument of Megatron-LM core_v0.19: its parser refuses "
+                                             rf"it \(unrecognized arguments\); (did you mean|.*no abbreviations: write) {meant}\b"):
         resolve(f"{RUN} {typo}")
 
 
@@ -146,12 +148,64 @@ def test_the_builder_and_the_cli_read_the_same_settings(tmp_path, capsys):
         assert [s["input_ids"] for s in shown["samples"]] == [row["input_ids"] for row in loaded[split].select(range(3))]
 
 
-def test_collator_flags_and_defaults_are_megatron_lms(tmp_path):
+# --- Megatron-LM's own reading: one process per version for every test of this module ----------
+
+# What Megatron-LM needs to reach its data path, without --micro-batch-size (the table sets it).
+CHECK_MODEL = ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --max-position-embeddings 64 "
+               "--tokenizer-type NullTokenizer --vocab-size 100 --data-path /d/a --split 1,0,0 --seq-length 8 "
+               "--train-iters 10 --eval-interval 5 --eval-iters 1")
+# (extra arguments, WORLD_SIZE, versions): accepted or refused by Megatron-LM's parse_args,
+# validate_args and micro-batch calculator; resolve() must do the same.
+BOTH = ("core_v0.16", "core_v0.19")
+CHECKS = [
+    ("--micro-batch-size 2 --global-batch-size 16", 4, BOTH),
+    ("--micro-batch-size 2 --global-batch-size 12", 4, BOTH),            # 12 % (2 x 4)
+    ("--micro-batch-size 2 --global-batch-size 12", 1, BOTH),
+    ("--micro-batch-size 3 --global-batch-size 16", 1, BOTH),            # 16 % 3
+    ("--micro-batch-size 2", 4, BOTH),                                   # derived: 8
+    # (tensor and context parallel sizes above 1 need CUDA in Megatron-LM's validate_args)
+    ("--micro-batch-size 2 --global-batch-size 8 --pipeline-model-parallel-size 2", 4, BOTH),
+    ("--micro-batch-size 2 --global-batch-size 6 --pipeline-model-parallel-size 2", 4, BOTH),  # 6 % (2 x 2)
+    ("--micro-batch-size 2 --global-batch-size 8 --pipeline-model-parallel-size 2", 3, BOTH),  # 3 % 2
+    ("--micro-batch-size 0 --global-batch-size 8", 1, BOTH),
+    ("--micro-batch-size 2 --global-batch-size 0", 1, BOTH),
+    ("--micro-batch-size 2 --global-batch-size 8 --eval-global-batch-size 6", 4, ("core_v0.19",)),
+    ("--micro-batch-size 2 --global-batch-size 8 --eval-global-batch-size 16", 4, ("core_v0.19",)),
+    ("--micro-batch-size 2 --global-batch-size 8 --eval-global-batch-size 12 --eval-micro-batch-size 3", 4,
+     ("core_v0.19",)),
+    ("--micro-batch-size 2 --global-batch-size 16 --eval-micro-batch-size 3", 4, ("core_v0.19",)),  # 16 % 12
+    ("--micro-batch-size 2 --global-batch-size 8 --phase-transition-iter 5", 1, BOTH),      # an abbreviation
+    ("--micro-batch-size 2 --global-batch-size 8 --seq-len 8", 1, BOTH),
+    ("--micro-batch-size 2 --global-batch-size 8 --reset-postion-ids", 1, BOTH),
+    ("--micro-batch-size two --global-batch-size 8", 1, BOTH),
+    ("--micro-batch-size 2 --global-batch-size 8 --lr abc", 1, BOTH),
+    ("--micro-batch-size 2 --global-batch-size 8 --tokenizer-type NoSuchTokenizer", 1, BOTH),
+    ("--micro-batch-size 2 --global-batch-size 8 --seed 3 4", 1, BOTH),                      # a stray value
+    ("--micro-batch-size 2 --global-batch-size 8 --timing-log-level 7", 1, BOTH),            # not a choice
+    ("--micro-batch-size 2 --global-batch-size 8 --lr 1e-4 --timing-log-level 2 --bf16", 1, BOTH),
+]
+
+
+@pytest.fixture(scope="module")
+def megatron_lm(tmp_path_factory):
+    """Megatron-LM's reading at each version: its options and parser table, core_v0.19's
+    GPTDatasetConfig for FLAG_LINES, and its verdict on each line of CHECKS."""
+    def reading(version):
+        argvs = [shlex.split(f"{MODEL} --data-path /d/a --split 1,0,0 --seq-length 8 {SIZES} {line}")
+                 for line in FLAG_LINES] if version == "core_v0.19" else []
+        checks = [(shlex.split(f"{CHECK_MODEL} {extra}"), world) for extra, world, versions in CHECKS
+                  if version in versions]
+        return megatron_lm_reading(version, argvs, tmp_path_factory.mktemp(version), checks)
+
+    return {version: reading(version) for version in sorted(ORACLES)}
+
+
+def test_collator_flags_and_defaults_are_megatron_lms(megatron_lm):
     """Megatron-LM core_v0.19.0's own parse_args / validate_args / core_gpt_dataset_config_from_args
     on each command line: its GPTDatasetConfig flags, EOD and pad are resolve()'s collator_flags."""
     argvs = [shlex.split(f"{MODEL} --data-path /d/a --split 1,0,0 --seq-length 8 {SIZES} {line}") for line in FLAG_LINES]
-    theirs = megatron_lm_reading("core_v0.19", argvs, tmp_path)["configs"]
-    for argv, config in zip(argvs, theirs):
+    theirs = megatron_lm["core_v0.19"]["configs"]
+    for argv, config in zip(argvs, theirs, strict=True):
         ours = resolve(argv).collator_flags
         assert {mine: ours[mine] for mine in CONFIG_FIELDS.values()} == \
                {mine: config[field] for field, mine in CONFIG_FIELDS.items()}, shlex.join(argv)
@@ -159,17 +213,68 @@ def test_collator_flags_and_defaults_are_megatron_lms(tmp_path):
 
 
 @pytest.mark.parametrize("version", sorted(ORACLES))
-def test_no_argument_of_megatron_lm_is_taken_for_a_typo(version, tmp_path):
+def test_no_argument_of_megatron_lm_is_refused_as_unknown(version, megatron_lm):
     """Every option of Megatron-LM's parser at both tags is read, ignored, warned about or refused
-    as unsupported, never refused as a near miss of another."""
-    options = megatron_lm_reading(version, [], tmp_path)["options"]
+    as unsupported, never refused as not Megatron-LM's (or as a near miss of another)."""
+    options = megatron_lm[version]["options"]
     assert len(options) > 500
+    values = {}  # a value Megatron-LM's parser takes, from its own table
+    for line in megatron_lm[version]["spec"]:
+        names, kind, nargs, typed, choices = line.split(" ")
+        value = choices.split("|")[0] if choices != "-" else "1"
+        count = 0 if kind != "store" or nargs == "*" else int(nargs) if nargs.isdigit() else 1
+        for name in names.split(","):
+            values[name] = " ".join([value] * count)
+    values["--step-batch-size-schedule"] = "'0:4 64:8'"
     for option in options:
-        value = " '0:4 64:8'" if option == "--step-batch-size-schedule" else ""
+        if option == "--help":
+            continue  # Megatron-LM prints its help and exits
         try:
-            resolve(f"{RUN} {option}{value}", megatron_version=version)
+            resolve(f"{RUN} {option} {values.get(option, '')}", megatron_version=version)
         except ParameterError as error:
-            assert "did you mean" not in str(error), option
+            assert "did you mean" not in str(error) and "parser refuses" not in str(error), (option, error)
+
+
+@pytest.mark.parametrize("version", sorted(ORACLES))
+def test_the_parser_table_is_megatron_lms(version, megatron_lm):
+    """mmidx_builder/megatron/lm_options.py equals what Megatron-LM's parser holds (regenerate it
+    with `python tests/megatron_lm_archive.py` when this fails after the archives change)."""
+    from mmidx_builder.megatron.lm_options import OPTIONS
+
+    assert OPTIONS[version].splitlines() == megatron_lm[version]["spec"]
+
+
+@pytest.mark.parametrize("version", sorted(ORACLES))
+def test_accepts_and_refuses_what_megatron_lm_does(version, megatron_lm, monkeypatch):
+    """Megatron-LM's parse_args, validate_args and micro-batch calculator against resolve() on a
+    table of command lines (abbreviations, types, choices, batch sizes under WORLD_SIZE)."""
+    cases = [(extra, world) for extra, world, versions in CHECKS if version in versions]
+    verdicts = megatron_lm[version]["checks"]
+    assert len(verdicts) == len(cases) and any(v["ok"] for v in verdicts) and not all(v["ok"] for v in verdicts)
+    for (extra, world), theirs in zip(cases, verdicts):
+        monkeypatch.setenv("WORLD_SIZE", str(world))
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                resolve(f"{CHECK_MODEL} {extra}", megatron_version=version).settings
+            ours = None
+        except ParameterError as error:
+            ours = str(error)
+        assert (ours is None) == theirs["ok"], (extra, world, ours, theirs["error"])
+
+
+def test_a_refusal_names_what_megatron_lm_would_say(monkeypatch):
+    """The issue's cases, with the reason and the fix."""
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    with pytest.raises(ParameterError, match="--phase-transition-iter is not an argument of Megatron-LM core_v0.19.*"
+                                             "takes no abbreviations: write --phase-transition-iterations"):
+        resolve(f"{RUN} --phase-transition-iter 5")
+    with pytest.raises(ParameterError, match=r"evaluation batch \(--eval-global-batch-size 6\) is not divisible by "
+                                             r"--micro-batch-size 2 x the data-parallel size 4"):
+        resolve(f"{RUN} --micro-batch-size 2 --eval-global-batch-size 6")
+    with pytest.raises(ParameterError, match="--global-batch-size 8 is not divisible by --micro-batch-size 4 x the "
+                                             "data-parallel size 4"):
+        resolve(f"{RUN} --micro-batch-size 4")
 
 
 NO_BATCH = "--data-path 0.4 A 0.6 B --split 90,8,2 --seq-length 16 --train-iters 10 --eval-interval 5 --eval-iters 1"
@@ -182,7 +287,7 @@ def test_without_global_batch_size_it_is_derived_from_the_launchers_world_size(m
     settings = resolve(f"{NO_BATCH} --micro-batch-size 3 --tensor-model-parallel-size 2 "
                        "--pipeline-model-parallel-size 2").settings
     assert settings["num_samples"] == {"train": 10 * 3 * 2, "validation": (10 // 5 + 1) * 1 * 6, "test": 1 * 6}
-    assert resolve(f"{NO_BATCH} --micro-batch-size 3 --global-batch-size 12").settings["num_samples"]["train"] == 120
+    assert resolve(f"{NO_BATCH} --micro-batch-size 3 --global-batch-size 48").settings["num_samples"]["train"] == 480
     monkeypatch.setenv("WORLD_SIZE", "6")
     with pytest.raises(ParameterError, match="WORLD_SIZE=6 is not divisible by the model-parallel size 4"):
         resolve(f"{NO_BATCH} --micro-batch-size 3 --tensor-model-parallel-size 4").settings
@@ -203,6 +308,12 @@ def test_without_global_batch_size_or_a_world_size_the_refusal_names_what_gives_
 
 
 def test_an_argument_read_nowhere_is_named_as_ignored_not_as_unknown_to_megatron():
-    with pytest.warns(UserWarning, match=r"ignored, not read here: some-new-flag; the samples equal Megatron-LM's "
+    with pytest.warns(UserWarning, match=r"ignored, not read here: use-torch-fsdp2; the samples equal Megatron-LM's "
                                          r"only if these arguments do not change them"):
+        resolve(f"{RUN} --use-torch-fsdp2")
+
+
+def test_an_argument_megatron_lm_does_not_have_is_refused():
+    """Before, it was one more name in the "ignored" warning; Megatron-LM exits on it."""
+    with pytest.raises(ParameterError, match="--some-new-flag is not an argument of Megatron-LM core_v0.19"):
         resolve(f"{RUN} --some-new-flag 3")

@@ -572,3 +572,31 @@ def test_what_streaming_dataset_refuses_is_refused_with_a_typed_error(
     with pytest.raises(MosaicOrderError) as our_error:
         ours()
     assert str(our_error.value).startswith(our_setting), str(our_error.value)
+
+
+EPOCH_SIZES = ["40", "0.04k", " 4.35K", "0.0000435m", "1e3", "-5k", "k", "abck", "4.2", "", "0k", 37.9, 0, 41, True, -3]
+
+
+def test_epoch_size_as_streaming_dataset_reads_it_abbreviations_included(streaming, layouts):
+    """``epoch_size="10k"``, floats, falsy values: the epoch ours resolves is StreamingDataset's
+    (number_abbrev_to_int's float arithmetic included), and what it refuses is refused."""
+    layout = layouts["three"]
+    weights = [StreamWeights(proportion=0.5), StreamWeights(proportion=0.2), StreamWeights(proportion=0.3)]
+    for raw in EPOCH_SIZES:
+        try:
+            settings = OrderSettings(shuffle=True, batch_size=3, epoch_size=raw)
+            ours = MosaicOrder([np.array(s) for s in layout.sizes], weights, settings).epoch_size
+        except MosaicOrderError as error:
+            ours = error
+        streams = [streaming.Stream(local=folder, **stream_kwargs(w)) for folder, w in zip(layout.folders, weights)]
+        try:
+            with mosaic_oracle._one_process_world(), quiet():
+                dataset = streaming.StreamingDataset(streams=streams, shuffle=True, batch_size=3, epoch_size=raw)
+            theirs = dataset.epoch_size
+            mosaic_oracle._release(dataset)
+        except (ValueError, TypeError) as error:
+            theirs = error
+        if isinstance(theirs, Exception) or isinstance(raw, bool):  # True: theirs 1; refused here, as a mistake
+            assert isinstance(ours, MosaicOrderError) and "epoch_size:" in str(ours), (raw, theirs, ours)
+        else:
+            assert ours == theirs, raw

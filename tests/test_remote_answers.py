@@ -9,7 +9,12 @@ behave as real ones sometimes do, through both HTTP clients (libcurl and aiohttp
 - ``Content-Encoding`` on a range (identity is asked for; an encoded range is refused by
   both clients alike);
 - 429 / 503 with ``Retry-After`` or ``RateLimit``: waited out as told, without using the
-  retry budget, logged once naming the host, within a bound.
+  retry budget, logged once naming the host, within bounds of time and count whatever the
+  server says (0, a date in the past, an hour), then a RemoteRateLimitError;
+- an answer without the ETag (or Last-Modified) seen at open: retried, then a changed file;
+  a server with only Last-Modified (412 to If-Match, as nginx and Apache) streams;
+- a server silent before its headers, or during the TCP/TLS handshake: given up on after
+  the speed floor's seconds, twice (issue 41).
 
 The oracle for tokens is the served file read locally through a memory map.
 """
@@ -17,12 +22,13 @@ The oracle for tokens is the served file read locally through a memory map.
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 
 import numpy as np
 import pytest
 
-from mmidx_builder.errors import RemoteChangedError, RemoteReadError
+from mmidx_builder.errors import RemoteChangedError, RemoteRateLimitError, RemoteReadError
 from mmidx_builder.sources.indexed import IndexedFile
 from range_server import RangeServer
 from test_remote import fast, http_client, quick_backoff, random_pieces, served  # noqa: F401 (fixtures)
@@ -106,6 +112,65 @@ def test_a_replaced_file_of_another_size_is_refused_by_a_server_without_etags(co
         with pytest.raises(RemoteChangedError, match=rf"corpus\.bin: bytes \[{start}, {start + 10}\).*changed"):
             remote.read_pieces([3], [0], [5])
         assert server.statuses["corpus.bin"][-1] == 206  # the server did answer the range
+
+
+# --- every answer carries the validator seen at open (issue 41 items 1 and 2) ---------------------
+
+def _rewritten(folder, newer_by: int = 10) -> None:
+    """The .bin rewritten with other bytes of the same size, its mtime ``newer_by`` seconds on
+    (Last-Modified has whole seconds: a rewrite within the second would keep the date)."""
+    path = folder / "corpus.bin"
+    mtime = path.stat().st_mtime
+    path.write_bytes(path.read_bytes()[::-1])
+    os.utime(path, (mtime + newer_by, mtime + newer_by))
+
+
+def test_an_answer_without_the_etag_seen_at_open_is_never_served(copied):
+    """A strong ETag at open; then the file is rewritten (same size) and served without an ETag
+    by a server ignoring If-Match: each answer is retried as a fault, then a changed file."""
+    folder, prefix = copied
+    with RangeServer(folder) as server:
+        remote = IndexedFile.open(server.url + "/corpus", opener=fast(retries=2))
+        assert remote.read_pieces([3], [0], [5]).size == 5
+        server.etags, server.ignore_if_match = False, True
+        _rewritten(folder)
+        before = server.requests["corpus.bin"]
+        start = int(remote.sequence_starts[3]) * 2
+        with pytest.raises(RemoteChangedError, match=rf"corpus\.bin: bytes \[{start}, {start + 10}\).*without the "
+                                                     r"ETag") as error:
+            remote.read_pieces([3], [0], [5])
+        assert error.value.offset == start
+        assert server.requests["corpus.bin"] - before == 3  # retries + 1, every one a 206 refused
+        assert server.statuses["corpus.bin"][-3:] == [206] * 3
+
+
+def test_an_answer_without_the_etag_once_is_retried_and_the_tokens_are_right(served):
+    folder, prefix = served
+    pieces, expected = pieces_and_expected(prefix)
+    with RangeServer(folder) as server:
+        remote = IndexedFile.open(server.url + "/corpus", opener=fast())
+        server.unversioned["corpus.bin"] = 2  # a cache that strips the ETag from two answers
+        got = remote.read_pieces(*pieces)
+        assert server.unversioned["corpus.bin"] == 0
+    np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("ignores", [False, True], ids=["honours If-Unmodified-Since", "ignores it"])
+def test_a_server_with_only_last_modified_streams_and_a_rewrite_is_refused(copied, ignores):
+    """Issue 41 item 2: nginx and Apache without ETags answer If-Match (a date sent as one) by
+    412, so such a file could not be read; the date goes in If-Unmodified-Since, and every
+    answer's Last-Modified must be the one seen at open."""
+    folder, prefix = copied
+    pieces, expected = pieces_and_expected(prefix)
+    with RangeServer(folder) as server:
+        server.etags, server.last_modified, server.ignore_if_match = False, True, ignores
+        remote = IndexedFile.open(server.url + "/corpus", opener=fast(retries=1))
+        np.testing.assert_array_equal(remote.read_pieces(*pieces), expected)
+        assert 412 not in server.statuses["corpus.bin"]
+        _rewritten(folder)
+        with pytest.raises(RemoteChangedError, match=r"corpus\.bin: bytes \[\d+, \d+\).*changed"):
+            remote.read_pieces([3], [0], [5])
+        assert server.statuses["corpus.bin"][-1] == (206 if ignores else 412)
 
 
 # --- 200 to a ranged request ------------------------------------------------------------------
@@ -217,9 +282,77 @@ def test_a_rate_limit_asking_for_more_than_the_bound_fails_at_once(served):
         remote = IndexedFile.open(server.url + "/corpus", opener=fast(max_wait=30))
         server.limit_headers = {"Retry-After": "3600"}
         server.limit["corpus.bin"] = 10 ** 6
-        with pytest.raises(RemoteReadError, match=r"3600"):
+        host = server.url.split("://")[1]
+        with pytest.raises(RemoteRateLimitError, match=rf"rate limited: {host} asks to wait 3600 s.*at most 30 s"):
             remote.read_pieces([5], [0], [10])
         assert server.requests["corpus.bin"] == 1
+
+
+# Waits a server asks for that spend no seconds (issue 41 item 3): "now", again and again.
+ZERO_WAITS = {"Retry-After 0": {"Retry-After": "0"},
+              "Retry-After in the past": {"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"}}
+
+
+@pytest.fixture
+def tiny_wait_floor(monkeypatch):
+    from mmidx_builder.storage.remote import server_waits
+
+    monkeypatch.setattr(server_waits, "WAIT_FLOOR_SECONDS", 0.01)
+
+
+@pytest.mark.parametrize("kind", sorted(ZERO_WAITS))
+def test_a_server_saying_retry_now_forever_is_asked_a_bounded_number_of_times(served, kind, tiny_wait_floor):
+    """429 with Retry-After: 0 forever got ~1,000 requests a second for as long as the process
+    lived: zero seconds never spend a budget of seconds. The waits are counted too."""
+    folder, prefix = served
+    with RangeServer(folder) as server:
+        remote = IndexedFile.open(server.url + "/corpus", opener=fast(max_waits=3))
+        server.limit_headers = ZERO_WAITS[kind]
+        server.limit["corpus.bin"] = 10 ** 6
+        host = server.url.split("://")[1]
+        start = int(remote.sequence_starts[5]) * 2
+        with pytest.raises(RemoteRateLimitError, match=rf"corpus\.bin: bytes \[{start}, {start + 20}\): rate "
+                                                        rf"limited: {host} asks to wait 0 s.*at most 3 waits"):
+            remote.read_pieces([5], [0], [10])
+        assert server.requests["corpus.bin"] == 4  # the first answer and three waits
+
+
+def test_each_wait_of_a_request_lasts_at_least_a_doubling_floor(served, tiny_wait_floor):
+    folder, prefix = served
+    with RangeServer(folder) as server:
+        remote = IndexedFile.open(server.url + "/corpus", opener=fast(max_waits=4))
+        server.limit_headers = {"Retry-After": "0"}
+        server.limit["corpus.bin"] = 10 ** 6
+        with pytest.raises(RemoteRateLimitError):
+            remote.read_pieces([5], [0], [10])
+        asked = [received for method, name, received, _ in server.answered if name == "corpus.bin" and method == "GET"]
+        assert server.requests["corpus.bin"] == 5  # the first answer and four waits
+    # The first three waits, of 10, 20 and 40 ms at least (summed: the server's clock of each
+    # request jitters; the last request may be recorded as answered after the error is raised).
+    assert len(asked) >= 4 and asked[3] - asked[0] >= 0.07 - 0.01, np.diff(asked)
+
+
+def test_opening_a_file_whose_server_says_retry_now_forever_is_a_rate_limit_error(served, tiny_wait_floor):
+    folder, prefix = served
+    with RangeServer(folder) as server:
+        server.limit_headers = {"Retry-After": "0"}
+        server.limit["corpus"] = 10 ** 6
+        with pytest.raises(RemoteRateLimitError, match=r"corpus\.(idx|bin).*rate limited.*at most 2 waits"):
+            IndexedFile.open(server.url + "/corpus", opener=fast(max_waits=2))
+        # The .idx and the .bin are asked for at once: the first to fail ends the opening.
+        assert {len(s) for s in server.statuses.values()} <= {2, 3} and 3 in {len(s) for s in server.statuses.values()}
+        assert {s for answers in server.statuses.values() for s in answers} == {429}  # HEADs: 1 + 2 waits
+
+
+def test_a_429_without_a_wait_is_reported_as_a_rate_limit_after_its_retries(served):
+    folder, prefix = served
+    with RangeServer(folder) as server:
+        remote = IndexedFile.open(server.url + "/corpus", opener=fast(retries=2))
+        server.limit_headers = {}
+        server.limit["corpus.bin"] = 10 ** 6
+        with pytest.raises(RemoteRateLimitError, match=r"corpus\.bin: bytes \[\d+, \d+\).*HTTP 429.*3 attempt"):
+            remote.read_pieces([5], [0], [10])
+        assert server.requests["corpus.bin"] == 3
 
 
 # --- a server slower than the speed floor ---------------------------------------------------------
@@ -241,3 +374,53 @@ def test_an_answer_slower_than_the_floor_is_abandoned_and_tried_once_more(served
                                                   r"(slow|no byte).*2 attempt"):
             remote.read_pieces([5], [0], [10])
         assert server.requests["corpus.bin"] == 4  # twice, not retries + 1 times
+
+
+def test_a_server_silent_before_its_headers_is_given_up_on_within_the_floor(served):
+    """Issue 41 item 4: a server that reads the request and sends nothing, not even its headers,
+    is abandoned after the floor's seconds and tried once more, through both clients (a body
+    that trickles is test_an_answer_slower_than_the_floor_is_abandoned_and_tried_once_more)."""
+    import time
+
+    folder, prefix = served
+    with RangeServer(folder) as server:
+        access = fast(timeout=20, retries=5, min_speed=1024, slow_seconds=1)  # libcurl's floor: whole seconds
+        remote = IndexedFile.open(server.url + "/corpus", opener=access)
+        server.stall_seconds = 10
+        server.stall["corpus.bin"] = 10 ** 6
+        began = time.monotonic()
+        with pytest.raises(RemoteReadError, match=r"corpus\.bin: bytes \[\d+, \d+\).*2 attempt"):
+            remote.read_pieces([5], [0], [10])
+        assert time.monotonic() - began < 10  # two floors of 1 s, not a timeout of 20 s (nor 6 of them)
+        assert server.requests["corpus.bin"] == 2
+
+
+@pytest.fixture
+def silent_port():
+    """A port whose connections the kernel accepts and no one answers: no TLS handshake, no byte."""
+    import socket
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(64)
+        yield listener.getsockname()[1]
+
+
+def test_a_server_silent_from_the_connection_on_is_given_up_on_within_the_floor(silent_port):
+    """HTTPS to a server that never answers the TLS handshake: libcurl's low-speed check does not
+    run while it connects (and its connect timeout was 300 s, capped by the request's), aiohttp's
+    read timeout neither; both now give up after the floor's seconds and try once more."""
+    import time
+
+    from mmidx_builder.storage.remote import RemoteObject
+
+    access = fast(timeout=20, retries=5, min_speed=1024, slow_seconds=0.5)
+    url = f"https://127.0.0.1:{silent_port}/corpus.bin"
+    began = time.monotonic()
+    with pytest.raises(RemoteReadError, match=r"corpus\.bin: bytes \[0, 10\).*2 attempt"):
+        access.fetch([RemoteObject(url, 1000, '"v"')], [0], [10])
+    assert time.monotonic() - began < 10  # two floors of 0.5 s, not 6 attempts of 20 s
+    began = time.monotonic()
+    with pytest.raises(RemoteReadError, match=r"opened\.bin: bytes \[0, 0\).*2 attempt"):
+        fast(timeout=20, retries=5, slow_seconds=0.5).stat(url.replace("corpus", "opened"))
+    assert time.monotonic() - began < 10

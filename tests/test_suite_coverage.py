@@ -32,7 +32,8 @@ def test_a_missing_megatron_lm_archive_skips_only_outside_ci(tmp_path, require):
     out = result.stdout + result.stderr
     assert "no Megatron-LM archive" in out, out[-3000:]
     if require:
-        assert result.returncode != 0 and "1 failed" in out, out[-3000:]
+        # failed, or an error where the archive is a module fixture's (test_megatron_resolve.py)
+        assert result.returncode != 0 and ("1 failed" in out or "1 error" in out), out[-3000:]
     else:
         assert result.returncode == 0 and "1 skipped" in out, out[-3000:]
 

@@ -134,8 +134,9 @@ def test_torchrun_loop_over_rank_streams_of_mosaicml_shards_is_megatrons_order(m
 
 def test_torchrun_loop_over_mosaic_rank_streams_is_streaming_datasets_order(mds_corpus, launched, torch):
     """Each of torchrun's 2 ranks (one node) reads, through 0 and 2 loader workers, two epochs of
-    what StreamingDataset 0.13.0 (its own _resume and generate_work) deals that rank."""
-    from launched_training import MOSAIC
+    what StreamingDataset 0.13.0 (its own _resume and generate_work) deals that rank; and the
+    rest of epoch 0 from a state taken after 3 steps, as StreamingDataset resumes it."""
+    from launched_training import MOSAIC, RESUME_STEPS
     from test_mosaic_order import Layout, Theirs, their_dataset
     from test_training_mosaic_stream import expected_ids
 
@@ -161,6 +162,10 @@ def test_torchrun_loop_over_mosaic_rank_streams_is_streaming_datasets_order(mds_
                     got = [sample_of[token] for token in out[f"workers{workers}"][epoch]]
                     want = expected_ids(theirs, world, None, epoch, rank, settings.batch_size)
                     assert len(want) > 4 and got == want, (rank, workers, epoch)
+            world = OrderWorld(1, WORLD_SIZE, 2)
+            state = theirs.state_dict(world, None, 0, RESUME_STEPS * settings.batch_size * WORLD_SIZE, False)
+            got = [sample_of[token] for token in out["resumed-workers2"]]
+            assert got == expected_ids(theirs, world, state, 0, rank, settings.batch_size), rank
     finally:
         theirs.release()
 
@@ -171,10 +176,10 @@ def test_accelerate_and_the_trainer_over_a_mosaic_global_stream_give_each_proces
     mosaic_global_stream, dispatched and sharded, with 0 and 2 workers, two epochs; the HF
     Trainer over it into epoch 1, and resumed from its checkpoint at step 2. Process p trains
     on what StreamingDataset 0.13.0 deals rank p of 2 with as many workers, up to the first
-    step where a rank's batch is short."""
+    step where a rank's batch is short; and the rest of epoch 0 from a state taken after 3 steps."""
     pytest.importorskip("accelerate")
     pytest.importorskip("transformers")
-    from launched_training import MOSAIC
+    from launched_training import MOSAIC, RESUME_STEPS
     from test_mosaic_order import Layout, Theirs, their_dataset
     from test_training_mosaic_stream import expected_steps
 
@@ -195,6 +200,9 @@ def test_accelerate_and_the_trainer_over_a_mosaic_global_stream_give_each_proces
     try:
         want = {(workers, epoch): expected_steps(theirs, OrderWorld(1, WORLD_SIZE, max(workers, 1)), None, epoch, batch)
                 for workers in (0, 2) for epoch in (0, 1)}
+        world = OrderWorld(1, WORLD_SIZE, 2)
+        state = theirs.state_dict(world, None, 0, RESUME_STEPS * batch * WORLD_SIZE, False)
+        resumed = expected_steps(theirs, world, state, 0, batch)
         for rank, out in enumerate(r["mosaic-accelerate"] for r in launched("accelerate")):
             def ids(case):
                 return [sample_of[token] for token in case]
@@ -209,6 +217,8 @@ def test_accelerate_and_the_trainer_over_a_mosaic_global_stream_give_each_proces
                 trained = want[workers, 0][rank] + want[workers, 1][rank][:2 * batch]
                 assert ids(out[f"trainer-workers{workers}"]) == trained, (rank, workers)
             assert ids(out["trainer-resumed-workers2"]) == trained[2 * batch:], rank
+            for kind in ("dispatch", "shard"):
+                assert ids(out[f"{kind}-resumed-workers2"]) == resumed[rank], (rank, kind)
     finally:
         theirs.release()
 
@@ -238,14 +248,17 @@ def test_hf_trainer_on_a_global_stream_trains_each_rank_on_megatrons_order_and_r
 
 # --- in process: accelerate's IterableDatasetShard, the refusals ----------------------------------
 
-def shard_rows(dataset, process, workers, torch, batch_size=MICRO_BATCH):
+def shard_rows(dataset, process, workers, torch, batch_size=MICRO_BATCH, split_batches=False,
+               num_processes=WORLD_SIZE):
     """What accelerate's non-dispatching loader gives ``process`` (prepare_data_loader's wrapping,
     without a process group: IterableDatasetShard, then a DataLoader of the process's batch)."""
     from accelerate.data_loader import IterableDatasetShard
 
-    shard = IterableDatasetShard(dataset, batch_size=batch_size, num_processes=WORLD_SIZE, process_index=process)
+    shard = IterableDatasetShard(dataset, batch_size=batch_size, num_processes=num_processes, process_index=process,
+                                 split_batches=split_batches)
     shard.set_epoch(0)
-    loader = torch.utils.data.DataLoader(shard, batch_size=batch_size, num_workers=workers, collate_fn=list)
+    per_process = batch_size // num_processes if split_batches else batch_size
+    loader = torch.utils.data.DataLoader(shard, batch_size=per_process, num_workers=workers, collate_fn=list)
     return [row for batch in loader for row in batch]
 
 
@@ -318,3 +331,44 @@ def test_global_stream_misuse_is_refused_by_name(corpus, torch):
     alone = megatron_global_stream(corpus["dataset"], 1, MICRO_BATCH, consumed_samples=CONSUMED)
     assert [row["input_ids"] for row in alone] == [corpus["dataset"][i]["input_ids"]
                                                    for i in range(CONSUMED, corpus["total"] // 2 * 2)]
+
+
+def test_with_split_batches_the_refusal_gives_the_batch_size_that_works(corpus, sampler_class, torch):
+    """split_batches=True cuts each loader batch (the Trainer's per_device_train_batch_size) in
+    the process count: 3 processes of micro-batch 3 need 9, and the hint said 3, what was set."""
+    pytest.importorskip("accelerate")
+    from mmidx_builder import megatron_global_stream
+
+    stream = megatron_global_stream(corpus["dataset"], 3, 3)
+    with pytest.raises(ParameterError, match=r"use batch_size=9 \(with the HF Trainer, per_device_train_batch_size=9, "
+                                             r"which split_batches cuts in 3\)"):
+        shard_rows(stream, 0, 0, torch, batch_size=3, split_batches=True, num_processes=3)
+    for process in range(3):  # and 9 is what works
+        rows = shard_rows(megatron_global_stream(corpus["dataset"], 3, 3), process, 0, torch, batch_size=9,
+                          split_batches=True, num_processes=3)
+        want = megatron_order(sampler_class, corpus["total"], 0, 3, process, 3)
+        assert positions([row["input_ids"] for row in rows], corpus) == want
+
+
+@pytest.mark.parametrize("accumulation", [1, 4])
+def test_gradient_accumulation_ends_at_whole_global_batches_as_megatron_lm(accumulation, corpus, sampler_class,
+                                                                           torch):
+    """accelerate's last optimizer step takes the micro-batches left (fewer than the accumulation
+    steps) where Megatron-LM stops at whole global batches; gradient_accumulation_steps= ends the
+    stream there: each process's rows are the sampler's first whole global batches."""
+    pytest.importorskip("accelerate")
+    from mmidx_builder import megatron_global_stream, megatron_rank_stream
+
+    global_batch = WORLD_SIZE * MICRO_BATCH * accumulation
+    steps = (corpus["total"] - CONSUMED) // global_batch
+    assert (corpus["total"] - CONSUMED) % global_batch >= WORLD_SIZE * MICRO_BATCH or accumulation == 1  # a tail
+    for process in range(WORLD_SIZE):
+        stream = megatron_global_stream(corpus["dataset"], WORLD_SIZE, MICRO_BATCH, consumed_samples=CONSUMED,
+                                        gradient_accumulation_steps=accumulation)
+        rows = shard_rows(stream, process, 2, torch)
+        want = expected(sampler_class, corpus, process)[:steps * accumulation * MICRO_BATCH]
+        assert positions([row["input_ids"] for row in rows], corpus) == want
+        ranked = megatron_rank_stream(corpus["dataset"], process, WORLD_SIZE, MICRO_BATCH, consumed_samples=CONSUMED,
+                                      gradient_accumulation_steps=accumulation)
+        assert positions([row["input_ids"] for row in ranked], corpus) == want
+        assert len(ranked) == len(want) and len(stream) == len(want) * WORLD_SIZE

@@ -345,7 +345,7 @@ def test_a_global_stream_misused_is_refused_with_the_fix(loaded):
         next(iter(stream))
     with pytest.raises(ParameterError, match="make it with world_size=3"):
         sharded_ids(stream, 0, 3, 3, 0)
-    with pytest.raises(ParameterError, match=r"per_device_train_batch_size=6\)"):  # split_batches: 6 rows, 3 a process
+    with pytest.raises(ParameterError, match="per_device_train_batch_size=6, which split_batches cuts in 2"):
         from mmidx_builder.training.launchers import Dealing
 
         stream._dealt(Dealing("dispatch", 2, 0, 3, 1, 3, True))

@@ -369,7 +369,8 @@ def test_document_structure_rows_through_the_rank_stream(data, tmp_path, torch):
 
 
 @pytest.mark.parametrize("source", ["arrow", "stream"])
-def test_a_loader_batch_size_other_than_the_micro_batch_is_refused_with_workers(source, data, sampler_class, torch):
+def test_a_loader_batch_size_other_than_the_micro_batch_is_refused_with_workers(source, data, sampler_class, torch,
+                                                                               quick_worker_shutdown):
     """DataLoader(batch_size=4, num_workers=2) over a stream of micro_batch_size=2 takes each
     batch of 4 from one worker: micro-batches 0, 2 then 1, 3, out of Megatron's order. It is
     refused, naming the batch_size to use; without workers any batch size keeps the order."""
@@ -518,6 +519,21 @@ TAMPERED = {  # the issue's cases, and the other fields' equivalents: (edit, wha
                             r"fingerprint is None, expected a mapping"),
     "fingerprint without its row count": (_fingerprint_without("rows"), r"fingerprint lacks rows \(this dataset's: "
                                                                          r"rows=\d+\)"),
+    # checked as a whole (issue 42): each field possible, together impossible
+    "worker counts no loader leaves": (lambda s, w: [{**w[0], "worker": {**w[0]["worker"], "micro_batches": 15}},
+                                                     {**w[1], "worker": {**w[1]["worker"], "micro_batches": 0}}],
+                                       r"counts of batches \[15, 0\] are not what a DataLoader leaves.*after 15 "
+                                       r"batches they have made \[8, 7\]"),
+    "worker counts in the wrong order": (lambda s, w: [{**w[0], "worker": {**w[0]["worker"], "micro_batches": 0}},
+                                                       {**w[1], "worker": {**w[1]["worker"], "micro_batches": 1}}],
+                                         r"counts of batches \[0, 1\]"),
+    "unit_samples not a micro-batch of every rank": (
+        lambda s, w: [{**x, "worker": {**x["worker"], "unit_samples": 7}} for x in w],
+        r"worker\.unit_samples is 7, but its world_size 2 x micro_batch_size 2 = 4"),
+    "two global states": (lambda s, w: {"a": s, "b": {**s, "consumed_samples": 12}},
+                          r"2 global states in one container \(consumed_samples 8, 12\)"),
+    "a global state beside worker states": (lambda s, w: [s, *w], r"a global state .* beside 2 worker states"),
+    "a worker's state twice": (lambda s, w: [w[0], w[0], w[1]], r"worker 0's state appears 2 times"),
 }
 
 
@@ -567,3 +583,20 @@ def test_split_dataset_by_node_on_a_stream_of_samples_warns_it_is_not_megatrons_
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the whole stream: no warning
         assert len(list(data["stream"])) == total
+
+
+def test_the_split_dataset_by_node_warning_comes_once_per_process(data):
+    """Every warnings.catch_warnings() (torch, transformers, accelerate enter them around their
+    calls) empties Python's record of warnings shown: the warning came again at each shard read."""
+    import warnings
+
+    from datasets.distributed import split_dataset_by_node
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")
+        for _ in split_dataset_by_node(data["stream"], rank=1, world_size=2):
+            with warnings.catch_warnings():  # what a training loop's libraries do between rows
+                pass
+        assert len(list(split_dataset_by_node(data["stream"], rank=1, world_size=2))) > 7  # read again: 7 shards
+    said = [w for w in caught if "split_dataset_by_node(rank=1" in str(w.message)]
+    assert len(said) == 1, [str(w.message)[:60] for w in said]

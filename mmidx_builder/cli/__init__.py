@@ -12,10 +12,10 @@ import argparse
 import sys
 
 from ..errors import MMIdxError
-from . import cache, convert, fairseq, files, publish
+from . import cache, convert, fairseq, files, preprocess_data, publish
 
 # One line per command module; a new one adds itself here.
-COMMAND_MODULES = (files, convert, fairseq, publish, cache)
+COMMAND_MODULES = (files, convert, preprocess_data, fairseq, publish, cache)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -18,7 +18,7 @@ def add_commands(commands) -> None:
                                         "prefixes as an MDS folder of token samples (--output),\nthe bytes "
                                         "streaming.MDSWriter writes.",
                             formatter_class=argparse.RawDescriptionHelpFormatter, epilog=_EPILOG)
-    p.add_argument("inputs", nargs="+", metavar="INPUT",
+    p.add_argument("inputs", nargs="*", metavar="INPUT",
                    help="*.jsonl/.json[.gz|.bz2|.xz|.zst], *.parquet, *.txt, or hf:NAME_OR_PATH[:SPLIT]; MDS folders "
                         "or their index.json / index.mds[.gz]; with --to mds, .bin/.idx prefixes")
     p.add_argument("--output-prefix", metavar="PREFIX",
@@ -89,6 +89,9 @@ def add_commands(commands) -> None:
     mds.add_argument("--split-at-eos", type=int, metavar="ID",
                      help="MDS inputs: join the samples' ids and cut a document after every ID (default: one document "
                           "per sample)")
+    # preprocess_data.py's own flags, so that its command line is sent to `mmidx preprocess-data`.
+    for flag in PREPROCESS_DATA_ONLY:
+        p.add_argument(flag, dest=f"pd_{flag[2:].replace('-', '_')}", nargs="?", const=True, help=argparse.SUPPRESS)
     # The library's messages name its keywords (workers=); errors are reported with these flags.
     p.set_defaults(run=_run_convert, explain=in_flags(p), parser=p)
 
@@ -99,7 +102,13 @@ def add_commands(commands) -> None:
     p.set_defaults(run=_run_merge, explain=in_flags(p))
 
 
-_EPILOG = """MosaicML token shards:
+# Flags of Megatron-LM's preprocess_data.py that mmidx convert spells otherwise.
+PREPROCESS_DATA_ONLY = ("--input", "--tokenizer-type", "--partitions", "--keep-sequential-samples", "--log-interval",
+                        "--legacy-tokenizer", "--tokenizer-hf-include-special-tokens")
+
+_EPILOG = """Megatron-LM's preprocess_data.py command line runs as it is under `mmidx preprocess-data`.
+
+MosaicML token shards:
   mmidx convert out/mds --output-prefix data/corpus      # -> data/corpus_tokens_document.bin/.idx
   mmidx convert data/corpus_text_document --to mds --output out/mds --concat-tokens 2048 --compression zstd
 
@@ -126,6 +135,13 @@ def _refuse(args, options: dict, why: str) -> None:
 
 
 def _run_convert(args) -> None:
+    given = [flag for flag in PREPROCESS_DATA_ONLY if getattr(args, f"pd_{flag[2:].replace('-', '_')}") is not None]
+    if given:
+        args.parser.error(f"{given[0]} is preprocess_data.py's flag: run its command line unchanged as `mmidx "
+                          "preprocess-data --input ... --output-prefix ... --tokenizer-type ... --workers N`, or "
+                          "here give the inputs as arguments and the tokenizer as --tokenizer")
+    if not args.inputs:
+        args.parser.error("the following arguments are required: INPUT")
     if args.to == "mds":
         _refuse(args, {**_TEXT_ONLY, **_FROM_MDS_ONLY, "output_prefix": None, "vocab_size": None}, "--to mds")
         if args.output is None:

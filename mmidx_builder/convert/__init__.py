@@ -18,6 +18,7 @@ The path of one document, and the module of each step:
     progress.py    the progress bar
     run.py         convert(): checks, tokenizer, locked outputs, the loop
     merge_pairs.py merge(): pairs joined in order (Megatron's merge_datasets)
+    partitions.py  convert_partitions(): preprocess_data.py's --partitions, lines dealt as it deals them
     to_mds.py      pairs_to_mds(): documents -> MDS token samples (one a document, or LLM
                    Foundry's concatenated samples), shards written by mosaic/writer.py
     from_mds.py    mds_to_pairs(): MosaicML token shards -> a pair (a document a sample, or

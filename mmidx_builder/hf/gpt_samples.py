@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import functools
 import os
-import warnings
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -15,6 +14,7 @@ import datasets
 import numpy as np
 import pyarrow as pa
 
+from ..warnings_once import warn_once
 from ..megatron import sampling
 from ..checks import check_int
 from ..dtypes import cast_tokens, integer_dtype
@@ -228,7 +228,7 @@ class GPTSamplesBuilder(BaseBuilder):
         split = registry.node_split_of_caller()
         if split is not None:
             rank, world_size, strategy = split
-            warnings.warn(
+            warn_once(
                 f"split_dataset_by_node(rank={rank}, world_size={world_size}) gives this rank whole shards or every "
                 f"{world_size}-th sample of the stream" + (f" (datasets' strategy {strategy!r})" if strategy else "") + ", not Megatron's per-rank "
                 "micro-batches (MegatronPretrainingSampler): for those pass the whole stream to megatron_rank_stream "

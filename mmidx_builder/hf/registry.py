@@ -101,7 +101,8 @@ INTERNALS = {
     # imported by datasets.load before its hook runs
     "datasets.data_files": ("DataFilesDict", "sanitize_patterns", "resolve_pattern", "is_relative_path", "xjoin",
                             "_prepare_path_and_storage_options", "_is_inside_unrequested_special_dir",
-                            "_is_unrequested_hidden_file_or_is_inside_unrequested_hidden_dir"),
+                            "_is_unrequested_hidden_file_or_is_inside_unrequested_hidden_dir", "xbasename",
+                            "FILES_TO_IGNORE"),
     "datasets.info": ("DatasetInfosDict.from_dataset_card_data",),
     "datasets.utils.metadata": ("MetadataConfigs.from_dataset_card_data",),
     "datasets.features": ("Features._from_yaml_list",),
@@ -437,6 +438,26 @@ def _listed(pattern: str, base_path: str, allowed_extensions, download_config) -
     return entries
 
 
+def _plain_url(pattern: str) -> bool:
+    """An http(s) URL without glob characters: fsspec's HTTP glob of one asks whether it
+    exists with a GET of the whole file (``_exists``), hung up after the headers, and calls a
+    429 or a 503 "not there"; storage/remote/http_info.py asks with a HEAD."""
+    from fsspec.implementations.http import has_magic
+
+    return pattern.startswith(("http://", "https://")) and "::" not in pattern and not has_magic(pattern)
+
+
+def _existing_urls(url: str, storage_options: dict) -> list[str]:
+    """``url`` and its ``.idx`` partner (for a ``.bin``), those of them that exist, each asked
+    with a HEAD (RemoteAccess.stat: a rate limit waited out within its bounds, or said as one)."""
+    from ..storage.remote import RemoteAccess
+    from .pair_listing import partner_pattern
+
+    urls = [u for u in (url, partner_pattern(url)) if u]
+    found = RemoteAccess(storage_options=storage_options).stat_many(urls, missing_ok=True)
+    return [u for u, obj in zip(urls, found) if obj is not None]
+
+
 def _account_for_every_listed_file(data_files) -> None:
     """datasets.data_files.resolve_pattern, which every folder, pattern and Hub repo goes
     through, keeps only regular files; inside :func:`accounting`, what it drops is recorded."""
@@ -447,6 +468,21 @@ def _account_for_every_listed_file(data_files) -> None:
 
     def resolve_pattern(pattern, base_path, allowed_extensions=None, download_config=None):
         ledger = getattr(_listings, "ledger", None)
+        from .pair_listing import problems
+
+        def is_data_file(path, allowed=allowed_extensions):
+            return allowed is None or any("." + s in allowed for s in os.path.basename(path).split(".")[1:])
+
+        if ledger is not None and _plain_url(pattern):
+            # As datasets resolves it, with a HEAD of the URL and of its partner, not a GET; a
+            # failure other than "not there" (a rate limit, a silent server) is raised as it is.
+            url, storage_options = data_files._prepare_path_and_storage_options(pattern,
+                                                                              download_config=download_config)
+            existing = _existing_urls(url, storage_options)
+            ledger.extend(problems(dict.fromkeys(existing), is_data_file))
+            matched = _matched_url(url, existing, allowed_extensions)
+            _listings.matched.update(matched)
+            return matched
         try:
             matched = resolve(pattern, base_path, allowed_extensions=allowed_extensions,
                               download_config=download_config)
@@ -455,15 +491,26 @@ def _account_for_every_listed_file(data_files) -> None:
             return matched
         finally:
             if ledger is not None:
-                from .pair_listing import problems
-
-                def is_data_file(path, allowed=allowed_extensions):
-                    return allowed is None or any("." + s in allowed for s in os.path.basename(path).split(".")[1:])
-
                 ledger.extend(problems(_listed(pattern, base_path, allowed_extensions, download_config), is_data_file))
 
     resolve_pattern._mmidx = True
     data_files.resolve_pattern = resolve_pattern
+
+
+def _matched_url(url: str, existing: list[str], allowed_extensions) -> list[str]:
+    """datasets.data_files.resolve_pattern of a plain http(s) URL (_plain_url) that
+    ``existing`` says is there or not: ``[url]`` when it is and has an allowed extension, else
+    its FileNotFoundError, worded as its."""
+    from datasets import data_files as df
+
+    name = df.xbasename(url)
+    if url in existing[:1] and name not in df.FILES_TO_IGNORE and (
+            allowed_extensions is None or any("." + suffix in allowed_extensions for suffix in name.split(".")[1:])):
+        return [url]
+    error_msg = f"Unable to find '{url}'"
+    if allowed_extensions is not None:
+        error_msg += f" with any supported extension {list(allowed_extensions)}"
+    raise FileNotFoundError(error_msg)
 
 
 def _ours(module) -> bool:

@@ -22,12 +22,15 @@ get_blend_and_blend_per_split``, ``pretrain_gpt.py:core_gpt_dataset_config_from_
 
 Where Megatron-LM versions differ (``--rampup-batch-size``, NullTokenizer's EOD, which options
 exist), ``megatron_version`` picks one (versions.py). Arguments that make Megatron-LM build
-another dataset (UNSUPPORTED) are refused, naming the flag; a flag that is a near miss of one
-read here (``--reset-postion-ids``) is refused as a typo; every other argument is ignored: the
-ones known not to change the samples (IGNORED) silently, the others named in a warning.
-Without ``--global-batch-size``, Megatron-LM's default is derived where the launcher gives the
-world size (``WORLD_SIZE``, as Megatron-LM reads it), else refused naming what gives it. A command line is parsed with argparse
-because it is one (the library's own API takes plain keyword arguments).
+another dataset (UNSUPPORTED) are refused, naming the flag; a command line Megatron-LM's own
+parser would refuse (an option it does not have, an abbreviation, a value of the wrong type or
+not among the choices: lm_parser.py) is refused with its reason, and so are the batch sizes its
+``validate_args`` refuses (batch_sizes.py); every other argument is ignored: the ones known not
+to change the samples (IGNORED) silently, the others named in a warning. Without
+``--global-batch-size``, Megatron-LM's default is derived where the launcher gives the world
+size (``WORLD_SIZE``, as Megatron-LM reads it), else refused naming what gives it. A command
+line is parsed with argparse because it is one (the library's own API takes plain keyword
+arguments).
 
 A new Megatron argument is one edit here: a row of ONE_TO_ONE when it sets one keyword, else
 its parser line and where it goes in :func:`_command_line_settings` or
@@ -43,16 +46,17 @@ the command line itself, so that a dataset card's command line names every path 
 from __future__ import annotations
 
 import argparse
-import difflib
 import functools
 import json
 import shlex
-import warnings
 
+from ..warnings_once import warn_once
 from ..storage.files import read_small_file
 from ..errors import FormatError, ParameterError
 from .sampling import DEFAULT_SEED, DEFAULT_SEQ_LENGTH, check_settings
 from .plan import DEFAULT_SURPLUS, SplitPlan, megatron_plan, parse_data_path
+from .batch_sizes import PARALLEL_SIZES, check_batch_sizes, derived_global_batch_size
+from .lm_parser import check_parses
 from .splits import check_seq_length
 from .versions import check_arguments_exist, check_version, null_tokenizer_ids, rampup_train_iters
 
@@ -126,9 +130,6 @@ distributed-backend distributed-timeout-minutes num-workers data-cache-path mmap
 num-dataset-builder-threads use-mcore-models exit-interval exit-duration-in-mins legacy-tokenizer
 dataloader-type use-checkpoint-args finetune ckpt-format
 """.split())
-# A flag this close to one read here is taken for a typo of it (difflib's ratio). At 0.9 no
-# argument of Megatron-LM core_v0.16.1 or core_v0.19.0 is (tests/test_megatron_resolve.py).
-TYPO_SIMILARITY = 0.9
 # Megatron-LM's --eval-iters default (megatron/training/config/training_config.py, core_v0.19.0).
 DEFAULT_EVAL_ITERS = 100
 
@@ -147,10 +148,11 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument(name)
     for name in ("--train-samples", "--train-iters", "--global-batch-size", "--eval-iters", "--eval-interval",
                  "--start-eval-at-iter", "--eval-global-batch-size", "--eval-micro-batch-size", "--vocab-size",
-                 "--null-tokenizer-eod-id", "--null-tokenizer-pad-id"):
+                 "--null-tokenizer-eod-id", "--null-tokenizer-pad-id", "--micro-batch-size", *PARALLEL_SIZES,
+                 "--tensor-parallel-num-weight-shards"):
         p.add_argument(name, type=int)
     p.add_argument("--rampup-batch-size", nargs=3, type=int)
-    for name in ("--full-validation", "--skip-train"):
+    for name in ("--full-validation", "--skip-train", "--decrease-batch-size-if-needed"):
         p.add_argument(name, action="store_true")
     return p
 
@@ -253,18 +255,14 @@ def _check_command_line(tokens: list[str], args, rest: list[str], version: str) 
     refused = [flag for flag in UNSUPPORTED if flag in given]
     if refused:
         raise ParameterError(f"megatron_args: {refused[0]} is not supported: {UNSUPPORTED[refused[0]]}")
+    check_parses(tokens, version)
     if args.dataloader_type not in (None, "single"):
         raise ParameterError(f"megatron_args: --dataloader-type {args.dataloader_type} is not supported; "
                              "'single' (MegatronPretrainingSampler) is what megatron_rank_stream reproduces")
-    read = [a.option_strings[0] for a in _parser()._actions]
+    check_batch_sizes(args, tokens, version)
     unknown = sorted({t.split("=")[0] for t in rest if t.startswith("--")} - {f"--{n}" for n in IGNORED})
-    for flag in unknown:
-        near = difflib.get_close_matches(flag, read, n=1, cutoff=TYPO_SIMILARITY)
-        if near:
-            raise ParameterError(f"megatron_args: {flag} is not a Megatron argument this reads; did you mean "
-                                 f"{near[0]}?")
     if unknown:
-        warnings.warn(f"megatron_args: ignored, not read here: {', '.join(flag[2:] for flag in unknown)}; the "
+        warn_once(f"megatron_args: ignored, not read here: {', '.join(flag[2:] for flag in unknown)}; the "
                       "samples equal Megatron-LM's only if these arguments do not change them", stacklevel=4)
 
 
@@ -283,7 +281,7 @@ def _command_line_settings(args, version: str, opener=None, tokens=()) -> dict:
     read through ``opener``."""
     args = argparse.Namespace(**vars(args))  # train_iters is worked out below; the caller's stays
     if args.global_batch_size is None:
-        args.global_batch_size = _derived_global_batch_size(tokens)
+        args.global_batch_size = derived_global_batch_size(args, tokens)
     if args.seq_length is None:
         raise ParameterError("megatron_args: --seq-length is required")
     if args.data_path is not None and args.data_args_path is not None:
@@ -332,45 +330,6 @@ def _command_line_settings(args, version: str, opener=None, tokens=()) -> dict:
         settings.pop("split_ratios", None)
         settings.update({k: v for k, v in per_split.items() if v is not None})
     return settings
-
-
-# The arguments validate_args derives the data-parallel size from (core_v0.16.1 and core_v0.19.0);
-# --tensor-parallel-num-weight-shards (core_v0.19) adds a factor, not followed here.
-PARALLEL_SIZES = ("--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size")
-
-
-def _derived_global_batch_size(tokens) -> int:
-    """Megatron-LM's ``validate_args`` without ``--global-batch-size``: ``--micro-batch-size``
-    times the data-parallel size, the world size (the launcher's ``WORLD_SIZE``, which
-    Megatron-LM reads) over the product of the model-parallel sizes."""
-    import os
-
-    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
-    for flag in ("--micro-batch-size", *PARALLEL_SIZES, "--tensor-parallel-num-weight-shards"):
-        parser.add_argument(flag, type=int)
-    try:
-        known, _ = parser.parse_known_args(list(tokens))
-    except argparse.ArgumentError as error:
-        raise ParameterError(f"megatron_args: {error}") from None
-    world = os.environ.get("WORLD_SIZE")
-    why = ("--micro-batch-size is not given either" if known.micro_batch_size is None
-           else "the world size is not known here (no WORLD_SIZE: not run under torchrun or another launcher)"
-           if world is None else "--tensor-parallel-num-weight-shards is not followed here"
-           if known.tensor_parallel_num_weight_shards is not None else None)
-    if why is None and not world.strip().isdigit():
-        why = f"WORLD_SIZE is {world!r}, not a whole number"
-    if why is not None:
-        raise ParameterError("megatron_args: --global-batch-size is not given; Megatron-LM then uses --micro-batch-size "
-                             "x the data-parallel size (WORLD_SIZE over the tensor, pipeline and context parallel "
-                             f"sizes), but {why}: give --global-batch-size")
-    model = 1
-    for flag in PARALLEL_SIZES:
-        model *= getattr(known, flag[2:].replace("-", "_")) or 1
-    world = int(world)
-    if model < 1 or world % model:
-        raise ParameterError(f"megatron_args: WORLD_SIZE={world} is not divisible by the model-parallel size {model} "
-                             "(Megatron-LM asserts it); give --global-batch-size")
-    return known.micro_batch_size * (world // model)
 
 
 def _eval_samples(args, eval_iters: int) -> int | None:

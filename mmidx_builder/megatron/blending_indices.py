@@ -55,10 +55,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import warnings
 
 import numpy as np
 
+from ..warnings_once import warn_once
 from ..storage import array_cache
 from ..checks import check_int
 from ..errors import ParameterError
@@ -485,5 +485,5 @@ def load_or_build_blending_indices(*, cache_dir: str | os.PathLike | None, weigh
         array_cache.save_arrays(meta_path, paths, {name: getattr(result, name) for name in paths},
                                 {"kind": kind, "size": size})
     except OSError as error:
-        warnings.warn(f"blending indices not cached in {cache_dir}: {error}", stacklevel=2)
+        warn_once(f"blending indices not cached in {cache_dir}: {error}", stacklevel=2)
     return result

@@ -36,6 +36,7 @@ from typing import Iterator
 
 import numpy as np
 
+from ..warnings_once import warn_once
 from ..storage import array_cache
 from ..storage.files import temporary_path
 from ..checks import check_int, check_seed
@@ -476,7 +477,7 @@ def load_or_build_indices(sequence_lengths, *, cache_dir: str | os.PathLike | No
     try:
         _save_cached(paths, indices, files)
     except OSError as error:
-        warnings.warn(f"sampling indices not cached in {os.fspath(cache_dir)}: {error}", stacklevel=2)
+        warn_once(f"sampling indices not cached in {os.fspath(cache_dir)}: {error}", stacklevel=2)
     return indices
 
 

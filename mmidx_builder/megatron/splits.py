@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
 
 from . import sampling
+from ..warnings_once import warn_once
 from ..dtypes import cast_tokens, common_token_dtype
 from ..errors import ParameterError
 from ..parallel import in_threads
@@ -66,7 +66,7 @@ def check_seq_length(seq_length: int) -> None:
     NDEBUG) skip the assert and sample as for any length, which is what the rows here are (the
     Megatron-LM oracle test compares them at core_v0.16.1 and core_v0.19.0)."""
     if seq_length == 1:
-        warnings.warn("seq_length=1: megatron-core asserts seq_length > 1 in helpers.cpp; its release builds skip "
+        warn_once("seq_length=1: megatron-core asserts seq_length > 1 in helpers.cpp; its release builds skip "
                       "the assert and give these samples, a debug build of it aborts", stacklevel=3)
 
 

@@ -33,12 +33,12 @@ import hashlib
 import os
 import shutil
 import struct
-import warnings
 from dataclasses import dataclass
 from typing import IO, Callable, Iterable, Sequence
 
 import numpy as np
 
+from ..warnings_once import warn_once
 from ..storage import array_cache
 from ..storage.bin_readers import BinReader, MemmapBinReader
 from ..storage.files import (TEMPORARY_MARK, WriterLock,  # noqa: F401  (TEMPORARY_MARK: tests read it here)
@@ -652,7 +652,7 @@ class OpeningRecord:
             mapped = array_cache.save_arrays(self.meta_path, self.paths, {"lengths": lengths, "block_starts":
                                              block_starts, "offsets": offsets}, fields)
         except OSError as error:
-            warnings.warn(f"index of {indexed.idx_path} not recorded in {self.cache_dir}: {error}", stacklevel=4)
+            warn_once(f"index of {indexed.idx_path} not recorded in {self.cache_dir}: {error}", stacklevel=4)
             return
         # The files just written from these very arrays: mapped without reading them back.
         indexed._lengths, indexed._block_starts, indexed._offsets = (mapped[name] for name in _RECORD_ARRAYS)

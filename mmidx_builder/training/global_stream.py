@@ -38,15 +38,18 @@ from .rank_stream import MegatronRankStream
 __all__ = ["MegatronGlobalStream", "megatron_global_stream"]
 
 
-def megatron_global_stream(dataset, world_size: int, micro_batch_size: int,
-                           consumed_samples: int = 0) -> "MegatronGlobalStream":
+def megatron_global_stream(dataset, world_size: int, micro_batch_size: int, consumed_samples: int = 0,
+                           gradient_accumulation_steps: int = 1) -> "MegatronGlobalStream":
     """Every data-parallel rank's rows of ``dataset`` in Megatron-LM's global order, for
     ``accelerator.prepare(DataLoader(stream, batch_size=micro_batch_size))`` or as the HF
     Trainer's ``train_dataset`` (``per_device_train_batch_size=micro_batch_size``) on
     ``world_size`` processes: each process trains on exactly
     ``MegatronPretrainingSampler(len(dataset), consumed_samples, micro_batch_size, rank,
-    world_size)``'s samples, with any ``num_workers``. See the module docstring."""
-    return MegatronGlobalStream(dataset, world_size, micro_batch_size, consumed_samples)
+    world_size)``'s samples, with any ``num_workers``. With ``gradient_accumulation_steps=A``
+    (the Trainer's) it ends at a whole number of Megatron's global batches (``micro_batch_size x
+    world_size x A`` samples), as Megatron-LM's training stops, where accelerate would otherwise
+    take a last optimizer step of fewer micro-batches. See the module docstring."""
+    return MegatronGlobalStream(dataset, world_size, micro_batch_size, consumed_samples, gradient_accumulation_steps)
 
 
 class MegatronGlobalStream(MegatronRankStream):
@@ -54,10 +57,11 @@ class MegatronGlobalStream(MegatronRankStream):
 
     rank = None
 
-    def __init__(self, dataset, world_size: int, micro_batch_size: int, consumed_samples: int = 0):
+    def __init__(self, dataset, world_size: int, micro_batch_size: int, consumed_samples: int = 0,
+                 gradient_accumulation_steps: int = 1):
         self.world_size = check_int("world_size", world_size, 1)
         self._dealing = None  # how accelerate deals the rows, once it said (set_epoch)
-        self._init_rows(dataset, micro_batch_size, consumed_samples)
+        self._init_rows(dataset, micro_batch_size, consumed_samples, gradient_accumulation_steps)
 
     def __len__(self) -> int:
         """Rows of every rank: what accelerate divides by its process count."""
@@ -82,7 +86,7 @@ class MegatronGlobalStream(MegatronRankStream):
 
     def _units(self, start: int, worker_id: int, num_workers: int, skip: int = 0):
         rows = self._unit_rows()
-        global_batches = (self.total_samples - start) // self.global_batch_size
+        global_batches = self._rounds(start)
         units = range(worker_id, global_batches * (self.global_batch_size // rows), num_workers)[skip:]
         dealing = self._dealing
         if dealing is not None and dealing.kind == "shard":  # a global batch: this process's rows, placeholders
@@ -99,20 +103,8 @@ class MegatronGlobalStream(MegatronRankStream):
     # --- how accelerate deals ------------------------------------------------------------------
 
     def _dealt(self, dealing: launchers.Dealing) -> None:
-        if dealing.num_processes != self.world_size:
-            raise ParameterError(
-                f"megatron_global_stream(world_size={self.world_size}) is dealt out by accelerate over "
-                f"{dealing.num_processes} processes: make it with world_size={dealing.num_processes} (with the HF "
-                "Trainer, TrainingArguments.world_size; with accelerate, accelerator.num_processes)")
-        if dealing.process_rows != self.micro_batch_size:
-            wanted = self.micro_batch_size * (dealing.num_processes if dealing.split_batches else 1)
-            other = "" if dealing.process_rows is None else \
-                f", or make the stream with micro_batch_size={dealing.process_rows}"
-            raise ParameterError(
-                f"accelerate gives each process {dealing.process_rows} rows per step from a loader of "
-                f"batch_size={dealing.loader_batch_size}, but the stream's micro_batch_size is "
-                f"{self.micro_batch_size}: use batch_size={wanted} (with the HF Trainer, "
-                f"per_device_train_batch_size={self.micro_batch_size}){other}")
+        launchers.check_dealing(dealing, "megatron_global_stream", self.world_size, "micro_batch_size",
+                                self.micro_batch_size)
         self._dealing = dealing
 
     def _begin(self, dealing: launchers.Dealing | None, batch_size: int | None, num_workers: int) -> bool:
@@ -140,4 +132,4 @@ class MegatronGlobalStream(MegatronRankStream):
             f"DataLoader(batch_size={batch_size}, num_workers={num_workers}) over a megatron_global_stream of "
             f"micro_batch_size={self.micro_batch_size} would hand out samples out of Megatron's order (each loader "
             f"batch comes whole from one worker): use batch_size={expected} (with the HF Trainer, "
-            f"per_device_train_batch_size={self.micro_batch_size}), or num_workers=0")
+            f"per_device_train_batch_size={expected}), or num_workers=0")

@@ -26,6 +26,8 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
+from ..errors import ParameterError
+
 
 @dataclass(frozen=True)
 class Dealing:
@@ -41,6 +43,26 @@ class Dealing:
     process_rows: int | None
     group_rows: int | None
     split_batches: bool
+
+
+def check_dealing(dealing: Dealing, stream: str, world_size: int, batch_name: str, batch_size: int) -> None:
+    """Refuses a deal that would not give each process one rank's batch of a global stream made
+    as ``stream(world_size=..., batch_name=batch_size)``: another process count, or another
+    number of rows per process per step; the message names the setting that works."""
+    if dealing.num_processes != world_size:
+        raise ParameterError(
+            f"{stream}(world_size={world_size}) is dealt out by accelerate over {dealing.num_processes} processes: "
+            f"make it with world_size={dealing.num_processes} (with the HF Trainer, TrainingArguments.world_size; "
+            "with accelerate, accelerator.num_processes)")
+    if dealing.process_rows != batch_size:
+        wanted = batch_size * (dealing.num_processes if dealing.split_batches else 1)
+        other = "" if dealing.process_rows is None else f", or make the stream with {batch_name}={dealing.process_rows}"
+        # The Trainer's loader batch is per_device_train_batch_size, which split_batches then cuts.
+        cut = f", which split_batches cuts in {dealing.num_processes}" if dealing.split_batches else ""
+        raise ParameterError(
+            f"accelerate gives each process {dealing.process_rows} rows per step from a loader of "
+            f"batch_size={dealing.loader_batch_size}, but the stream's {batch_name} is {batch_size}: use "
+            f"batch_size={wanted} (with the HF Trainer, per_device_train_batch_size={wanted}{cut}){other}")
 
 
 def _caller(depth: int):
@@ -87,4 +109,4 @@ def from_iter() -> Dealing | None:
     return None if owner is None else _dealing(owner)
 
 
-__all__ = ["Dealing", "from_iter", "from_set_epoch"]
+__all__ = ["Dealing", "check_dealing", "from_iter", "from_set_epoch"]

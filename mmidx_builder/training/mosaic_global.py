@@ -79,14 +79,9 @@ class MosaicGlobalStream(MosaicRankStream):
         """The sample ids accelerate's process ``rank`` trains on in ``epoch`` (resumed from a
         loaded state when it is of that epoch) with loaders of ``num_workers`` workers, in order."""
         plan = self.order.resume_point(self._world(num_workers), self._state, epoch)
-        steps = _Steps(self._per_worker(plan, num_workers), self.batch_size)
+        steps = every_rank_steps(self.order, plan, self.batch_size)
         rank = check_int("rank", rank, 0)
         return np.concatenate([steps.batch(rank, s) for s in range(steps.count)] or [np.zeros(0, np.int64)])
-
-    def _per_worker(self, plan, num_workers: int) -> list[list[np.ndarray]]:
-        """[rank][worker] -> the ids StreamingDataset's worker yields."""
-        return [[self.order.worker_sample_ids(plan, *divmod(rank, self.local_world_size), worker)
-                 for worker in range(num_workers)] for rank in range(self.world_size)]
 
     # --- how accelerate deals ------------------------------------------------------------------
 
@@ -98,18 +93,7 @@ class MosaicGlobalStream(MosaicRankStream):
         self._epochs.set(check_int("epoch", epoch, 0))
 
     def _dealt(self, dealing: launchers.Dealing) -> None:
-        if dealing.num_processes != self.world_size:
-            raise ParameterError(
-                f"mosaic_global_stream(world_size={self.world_size}) is dealt out by accelerate over "
-                f"{dealing.num_processes} processes: make it with world_size={dealing.num_processes} (with the HF "
-                "Trainer, TrainingArguments.world_size; with accelerate, accelerator.num_processes)")
-        if dealing.process_rows != self.batch_size:
-            wanted = self.batch_size * (dealing.num_processes if dealing.split_batches else 1)
-            raise ParameterError(
-                f"accelerate gives each process {dealing.process_rows} rows per step from a loader of "
-                f"batch_size={dealing.loader_batch_size}, but the stream's batch_size is {self.batch_size}: use a "
-                f"loader of batch_size={wanted} (with the HF Trainer, per_device_train_batch_size="
-                f"{wanted}), or make the stream with batch_size={dealing.process_rows}")
+        launchers.check_dealing(dealing, "mosaic_global_stream", self.world_size, "batch_size", self.batch_size)
         self._dealing = dealing
 
     def __iter__(self):
@@ -125,6 +109,14 @@ class MosaicGlobalStream(MosaicRankStream):
                 "without accelerate dealing them out (accelerator.prepare(DataLoader(...)) or the HF Trainer): "
                 "each process would train on all of them. In a loop of your own use mosaic_rank_stream(dataset, "
                 "rank, world_size, batch_size) on each rank")
+        info = torch.utils.data.get_worker_info()
+        worker_id, num_workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        # Every process counts the epoch, read or not: its state_dict names the epoch being trained.
+        presumed = self._epochs.arrive(num_workers)
+        plan = self.order.resume_point(self._world(num_workers), self._state, presumed)
+        self._epochs.settle(plan.epoch + 1)
+        progress = {"plan": plan, "worker": worker_id, "workers": num_workers, "rows": 0}
+        self._progress = progress
         if dealing is not None and dealing.kind == "dispatch" and dealing.process_index != 0:
             return  # accelerate reads process 0's loader only
         unit = self._unit_rows()
@@ -134,14 +126,7 @@ class MosaicGlobalStream(MosaicRankStream):
                 f"{self.batch_size}: each loader batch comes whole from one worker, so only batch_size={unit} "
                 f"hands the ranks StreamingDataset's batches (with the HF Trainer, per_device_train_batch_size="
                 f"{self.batch_size})")
-        info = torch.utils.data.get_worker_info()
-        worker_id, num_workers = (info.id, info.num_workers) if info is not None else (0, 1)
-        presumed = self._epochs.arrive(num_workers)
-        plan = self.order.resume_point(self._world(num_workers), self._state, presumed)
-        self._epochs.settle(plan.epoch + 1)
-        steps = _Steps(self._per_worker(plan, num_workers), self.batch_size)
-        progress = {"plan": plan, "worker": worker_id, "workers": num_workers, "rows": 0}
-        self._progress = progress
+        steps = every_rank_steps(self.order, plan, self.batch_size)
         for before, ids, after in self._units(steps, worker_id, num_workers):
             for row in [None] * before:
                 yield row
@@ -184,6 +169,19 @@ class MosaicGlobalStream(MosaicRankStream):
                                  "were trained on: pass num_samples= (optimizer steps x batch_size x world_size "
                                  "this epoch, as Composer does)")
         return super().state_dict(num_samples, from_beginning)
+
+def every_rank_steps(order, plan, batch_size: int) -> "_Steps":
+    """The plan's epoch as global steps of its world's ranks (rank = node x ranks per node +
+    rank of node). Dealt whole, as StreamingDataset's local leader deals it (``epoch_work``;
+    mapped from ``cache_dir`` when the order has one): one worker's share at a time would
+    cost a pass over the epoch per worker of the world."""
+    work = order.epoch_work(plan)  # (nodes, ranks per node, workers, batches, batch size), -1 pads
+    per_worker = []
+    for node_work in work:
+        for rank_work in node_work:
+            per_worker.append([ids[ids != -1] for ids in rank_work.reshape(len(rank_work), -1)])
+    return _Steps(per_worker, batch_size)
+
 
 class _Steps:
     """An epoch's global steps: each rank's batches as its DataLoader hands them out (one

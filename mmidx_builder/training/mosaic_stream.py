@@ -65,7 +65,7 @@ def mosaic_rank_stream(dataset, rank: int, world_size: int, batch_size: int, loc
                        shuffle_block_size: int | None = None, num_canonical_nodes: int | None = None,
                        partition_algo: str = "relaxed", sampling_method: str = "balanced",
                        sampling_granularity: int = 1, batching_method: str = "random",
-                       epoch_size: int | None = None, cache_dir: str | None = None) -> "MosaicRankStream":
+                       epoch_size: int | str | None = None, cache_dir: str | None = None) -> "MosaicRankStream":
     """Rank ``rank``'s rows of ``dataset`` (loaded by this package from MDS folders, prepared or
     ``streaming=True``) in the order of ``StreamingDataset(streams=[one Stream per folder, with
     streams[i]'s weights], batch_size=batch_size, shuffle=..., ...)`` on ``world_size`` ranks of

@@ -66,7 +66,7 @@ from ..checks import check_int
 from ..errors import ParameterError
 from ..extras import require_torch
 from . import launchers
-from .state import STATE_FORMAT, STATE_VERSION, checked_state, combine_workers, find_states
+from .state import STATE_FORMAT, STATE_VERSION, checked_state, combine_workers, find_states, one_state
 
 torch = require_torch("megatron_rank_stream")
 
@@ -80,26 +80,32 @@ _FIRST_CALLS = (1, 8)
 
 
 def megatron_rank_stream(dataset, rank: int, world_size: int, micro_batch_size: int,
-                         consumed_samples: int = 0) -> "MegatronRankStream":
+                         consumed_samples: int = 0, gradient_accumulation_steps: int = 1) -> "MegatronRankStream":
     """Rank ``rank``'s rows of ``dataset`` in the order of Megatron-LM's
     ``MegatronPretrainingSampler(len(dataset), consumed_samples, micro_batch_size, rank,
     world_size)`` (drop_last), read through ``DataLoader(..., batch_size=micro_batch_size)``
-    with any ``num_workers``. See the module docstring."""
-    return MegatronRankStream(dataset, rank, world_size, micro_batch_size, consumed_samples)
+    with any ``num_workers``. With ``gradient_accumulation_steps=A`` it ends at a whole number
+    of Megatron's global batches (``micro_batch_size x world_size x A`` samples), where
+    Megatron-LM's training stops, instead of a last optimizer step of fewer micro-batches. See
+    the module docstring."""
+    return MegatronRankStream(dataset, rank, world_size, micro_batch_size, consumed_samples,
+                              gradient_accumulation_steps)
 
 
 class MegatronRankStream(torch.utils.data.IterableDataset):
     """What :func:`megatron_rank_stream` returns: a torch ``IterableDataset`` of one rank's rows."""
 
-    def __init__(self, dataset, rank: int, world_size: int, micro_batch_size: int, consumed_samples: int = 0):
+    def __init__(self, dataset, rank: int, world_size: int, micro_batch_size: int, consumed_samples: int = 0,
+                 gradient_accumulation_steps: int = 1):
         self.world_size = check_int("world_size", world_size, 1)
         self.rank = check_int("rank", rank, 0)
         if self.rank >= self.world_size:
             raise ParameterError(f"rank must lie in [0, world_size) = [0, {self.world_size}), got {self.rank}")
-        self._init_rows(dataset, micro_batch_size, consumed_samples)
+        self._init_rows(dataset, micro_batch_size, consumed_samples, gradient_accumulation_steps)
 
-    def _init_rows(self, dataset, micro_batch_size, consumed_samples) -> None:
+    def _init_rows(self, dataset, micro_batch_size, consumed_samples, gradient_accumulation_steps=1) -> None:
         self.micro_batch_size = check_int("micro_batch_size", micro_batch_size, 1)
+        self.gradient_accumulation_steps = check_int("gradient_accumulation_steps", gradient_accumulation_steps, 1)
         self.dataset = dataset
         self._rows = _row_reader(dataset)
         self.total_samples = self._rows.num_rows
@@ -129,7 +135,13 @@ class MegatronRankStream(torch.utils.data.IterableDataset):
 
     def num_micro_batches(self) -> int:
         """Micro-batches every rank reads from :attr:`consumed_samples` on."""
-        return (self.total_samples - self._start) // self.global_batch_size
+        return self._rounds(self._start)
+
+    def _rounds(self, start: int) -> int:
+        """Micro-batches of every rank from ``start``: whole global batches (the last partial one
+        dropped, as the sampler does), and whole optimizer steps of gradient_accumulation_steps."""
+        steps = self.gradient_accumulation_steps
+        return (self.total_samples - start) // (self.global_batch_size * steps) * steps
 
     def __len__(self) -> int:
         return self.num_micro_batches() * self.micro_batch_size
@@ -152,7 +164,7 @@ class MegatronRankStream(torch.utils.data.IterableDataset):
         return self.micro_batch_size
 
     def _units(self, start: int, worker_id: int, num_workers: int, skip: int = 0) -> Iterator[tuple]:
-        batches = (self.total_samples - start) // self.global_batch_size
+        batches = self._rounds(start)
         # Straight to the (skip + 1)-th of this worker's micro-batches: a resume costs nothing per
         # micro-batch before it.
         for g in range(worker_id + skip * num_workers, batches, num_workers):
@@ -257,7 +269,7 @@ class MegatronRankStream(torch.utils.data.IterableDataset):
         if not states:
             raise ParameterError("not a megatron_rank_stream state: no dict with format "
                                  f"{STATE_FORMAT!r} found in it")
-        states = [checked_state(found, self.fingerprint, self.total_samples) for found in states]
+        states = one_state([checked_state(found, self.fingerprint, self.total_samples) for found in states])
         globals_ = [s for s in states if s["worker"] is None]
         if globals_:
             self._start = globals_[0]["consumed_samples"]

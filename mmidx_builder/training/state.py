@@ -13,6 +13,12 @@ not fail later: a negative one makes an Arrow dataset serve rows from its end. S
 is checked whole (:func:`checked_state`): each count a whole number within the dataset, the
 fingerprint present, a mapping, with every key this dataset's has and the same values.
 Anything else is a ParameterError naming the field, the value found and what was expected.
+
+The fields are then checked together: a worker's ``unit_samples`` is ``world_size x
+micro_batch_size`` (or ``micro_batch_size``: one rank's rows, for a global stream accelerate
+dispatches); the workers' counts are what a DataLoader leaves (it asks them in turn, so no count
+is more than one above another's: :func:`dealt_counts`); and a container holds one global
+state or one state per worker, never two that could each say where to resume (:func:`one_state`).
 """
 
 from __future__ import annotations
@@ -79,6 +85,12 @@ def checked_state(state: Mapping, fingerprint: Mapping, total_samples: int) -> d
     worker_id = _whole("worker.id", worker.get("id"), 0, num_workers - 1, f" (of {num_workers} workers)")
     start = _whole("worker.iteration_start", worker.get("iteration_start"), 0, total_samples, within)
     unit = _whole("worker.unit_samples", worker.get("unit_samples", world_size * micro_batch_size), 1)
+    if unit not in (world_size * micro_batch_size, micro_batch_size):
+        raise ParameterError(
+            f"the state's worker.unit_samples is {unit}, but its world_size {world_size} x micro_batch_size "
+            f"{micro_batch_size} = {world_size * micro_batch_size}: a worker hands out one micro-batch of every rank "
+            f"per batch ({micro_batch_size} rows of one rank where accelerate dispatches a global stream), never "
+            f"{unit} samples")
     units = len(range(worker_id, (total_samples - start) // unit, num_workers))
     done = _whole("worker.micro_batches", worker.get("micro_batches"), 0, units,
                   f" (worker {worker_id} of {num_workers} has {units} batches of {unit} samples from sample "
@@ -88,12 +100,38 @@ def checked_state(state: Mapping, fingerprint: Mapping, total_samples: int) -> d
                        "micro_batches": done, "unit_samples": unit}}
 
 
+def dealt_counts(batches: int, num_workers: int) -> list[int]:
+    """Each worker's batches after a DataLoader handed out ``batches`` of them: it asks worker
+    0, 1, ..., K - 1, 0, ... in turn (``in_order``), so worker w made batches w, w + K, ..."""
+    return [len(range(worker, batches, num_workers)) for worker in range(num_workers)]
+
+
+def one_state(states: list[Mapping]) -> list[Mapping]:
+    """The (checked) states found in a container, refused unless they are one global state or
+    one state of each worker of one loader: two of them would each say where to resume."""
+    globals_ = [s for s in states if s["worker"] is None]
+    if len(globals_) > 1:
+        counts = ", ".join(str(s["consumed_samples"]) for s in globals_)
+        raise ParameterError(f"{len(globals_)} global states in one container (consumed_samples {counts}): expected "
+                             "one, or one state per DataLoader worker; load the state of one stream")
+    if globals_ and len(states) > 1:
+        raise ParameterError(f"a global state (consumed_samples {globals_[0]['consumed_samples']}) beside "
+                             f"{len(states) - 1} worker states in one container: expected one or the other; load the "
+                             "state of one stream")
+    ids = [s["worker"]["id"] for s in states if s["worker"] is not None]
+    twice = sorted({i for i in ids if ids.count(i) > 1})
+    if twice:
+        raise ParameterError(f"worker {twice[0]}'s state appears {ids.count(twice[0])} times in one container: "
+                             "expected one state per DataLoader worker")
+    return states
+
+
 def combine_workers(states: list[Mapping]) -> int:
     """The global count from every worker's (checked) state: after the loader handed out b
-    units, worker w's next one is the first u >= b with u = w (mod K), so b is the smallest
-    of them."""
+    units, worker w has made the units w, w + K, ... below b (:func:`dealt_counts`), so b is
+    the sum of their counts; counts no loader leaves behind are refused."""
     workers = {(s["worker"]["iteration_start"], s["worker"]["num_workers"], s["worker"]["unit_samples"])
-               for s in states}
+               for s in one_state(states)}
     if len(workers) != 1:
         raise ParameterError(f"worker states from different iterations, worker counts or batch sizes: "
                              f"{sorted(workers)}")
@@ -101,8 +139,14 @@ def combine_workers(states: list[Mapping]) -> int:
     found = {s["worker"]["id"]: s for s in states}
     if sorted(found) != list(range(num_workers)):
         raise ParameterError(f"need the states of all {num_workers} workers, found workers {sorted(found)}")
-    next_units = [w + s["worker"]["micro_batches"] * num_workers for w, s in found.items()]
-    return start + min(next_units) * unit
+    counts = [found[w]["worker"]["micro_batches"] for w in range(num_workers)]
+    batches = sum(counts)
+    if counts != dealt_counts(batches, num_workers):
+        raise ParameterError(
+            f"the workers' counts of batches {counts} are not what a DataLoader leaves: it asks its {num_workers} "
+            f"workers in turn, so after {batches} batches they have made {dealt_counts(batches, num_workers)} "
+            "(each at most one more than the next); the states are of different moments or edited")
+    return start + batches * unit
 
 
 def compare_fingerprints(theirs, ours: Mapping) -> None:
@@ -124,4 +168,4 @@ def compare_fingerprints(theirs, ours: Mapping) -> None:
 
 
 __all__ = ["STATE_FORMAT", "STATE_VERSION", "checked_state", "combine_workers", "compare_fingerprints",
-           "find_states"]
+           "dealt_counts", "find_states", "one_state"]

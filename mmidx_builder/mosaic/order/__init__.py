@@ -20,9 +20,9 @@ that world (a state of an earlier epoch than ``epoch`` is stale and ignored, as 
 StreamingDataset refuses (settings, weights, a resumption on a node count it cannot deal) is
 refused with :class:`~mmidx_builder.errors.MosaicOrderError` (a ParameterError).
 
-Not modelled: ``replication`` (always None here), ``epoch_size`` given as a string ("10k"),
-and a StreamingDataset object iterated again after its world or state changed (its first
-``_resume`` fixes canonical nodes and block size for the object's life; see resume.py).
+Not modelled: ``replication`` (always None here), and a StreamingDataset object iterated again
+after its world or state changed (its first ``_resume`` fixes canonical nodes and block size
+for the object's life; see resume.py).
 
 The data flow, one module each, every one naming the function of theirs it follows:
 

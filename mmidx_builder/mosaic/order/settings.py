@@ -35,6 +35,37 @@ def is_int(value) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
+# number_abbrev_to_int's suffixes (streaming/base/util.py), tried in this order.
+_ABBREVIATIONS = {"k": 10**3, "m": 10**6, "b": 10**9, "t": 10**12}
+
+
+def epoch_size_value(value) -> int | None:
+    """StreamingDataset's ``epoch_size`` as it reads it: falsy (None, 0, "") is the streams'
+    own size, an int or float is truncated, a string is digits or a number with a suffix k, m,
+    b or t, computed as ``number_abbrev_to_int`` computes it (``int(float(x) * 10**n)``, so
+    "4.35k" is 4349, as there); negative values are refused, and so is a bool (StreamingDataset
+    reads True as 1: a mistake, not a size)."""
+    if not value:
+        return None
+    expected = "None, a non-negative number, or digits with an optional suffix k, m, b or t ('10k', '1.5m')"
+    if isinstance(value, (numbers.Integral, float)) and not isinstance(value, bool):
+        count = int(value)
+    elif isinstance(value, str):
+        text = value.lower().strip()
+        suffix = next((s for s in _ABBREVIATIONS if text.endswith(s)), None)
+        try:
+            count = int(float(text[:-1]) * _ABBREVIATIONS[suffix]) if suffix else int(text) if text.isdigit() else None
+        except ValueError:
+            count = None
+        if count is None:
+            raise refuse("epoch_size", expected, value)
+    else:
+        raise refuse("epoch_size", expected, value)
+    if count < 0:
+        raise refuse("epoch_size", expected, value)
+    return count or None
+
+
 @dataclasses.dataclass(frozen=True)
 class StreamWeights:
     """One stream's weight, as ``streaming.Stream(proportion=, repeat=, choose=)`` takes it: at
@@ -84,7 +115,7 @@ class OrderSettings:
     sampling_method: str = "balanced"
     sampling_granularity: int = 1
     batching_method: str = "random"
-    epoch_size: int | None = None
+    epoch_size: int | str | None = None
 
     def __post_init__(self):
         if self.sampling_method not in SAMPLING_METHODS:
@@ -95,8 +126,7 @@ class OrderSettings:
             raise refuse("batching_method", f"one of {', '.join(BATCHING_METHODS)}", self.batching_method)
         if not is_int(self.shuffle_seed) or self.shuffle_seed < 0:
             raise refuse("shuffle_seed", "a non-negative integer", self.shuffle_seed)
-        if self.epoch_size is not None and (not is_int(self.epoch_size) or self.epoch_size < 0):
-            raise refuse("epoch_size", "None or a non-negative integer", self.epoch_size)
+        object.__setattr__(self, "epoch_size", epoch_size_value(self.epoch_size))
         if self.partition_algo not in PARTITION_ALGOS:
             raise refuse("partition_algo", f"one of {', '.join(PARTITION_ALGOS)}", self.partition_algo)
         if self.shuffle and self.shuffle_algo not in SHUFFLE_ALGOS:

@@ -18,8 +18,9 @@ Exactly the bytes asked for are requested (no read-ahead blocks: fsspec's defaul
 fetched 14.8x the bytes over plain HTTP). Faults: a dropped connection, a 5xx, a timeout or
 a short body is retried with backoff, ``retries`` times; a file whose ETag or size differs
 from what it was when opened is a :class:`RemoteChangedError` naming the file and range
-(HTTP sends ``If-Match``, S3 ``IfMatch`` or the version id, and every answer's range, size
-and version are checked as well, whether or not the server honoured them: answers.py);
+(HTTP sends ``If-Match``, or ``If-Unmodified-Since`` for a Last-Modified date, S3 ``IfMatch``
+or the version id, and every answer's range, size and version are checked as well, whether or
+not the server honoured them, an answer without the version included: answers.py);
 never wrong or shifted tokens. A server that asks to be left alone (429/503 with
 ``Retry-After`` or ``RateLimit``) is waited out as it asks (server_waits.py); an answer
 slower than the speed floor is abandoned.
@@ -28,10 +29,11 @@ The package, one module per concern, lowest first (each imports only those above
 
     objects.py        RemoteObject: a file as seen when opened (URL, size, version)
     process_state.py  what is made once per process; whether the interpreter is exiting
-    server_waits.py   429/503 with Retry-After or RateLimit: the host's pause, within max_wait
+    server_waits.py   429/503 with Retry-After or RateLimit: the host's pause, within max_wait and max_waits
     answers.py        what an answer means: the range, a fault to retry, a changed file
     request_queue.py  batches by priority, REQUESTS_IN_FLIGHT at once, retries with backoff
     http.py           HTTP ranges on aiohttp (and what libcurl is given: HttpTarget)
+    http_info.py      an HTTP file's size and version: a HEAD, or a GET of one byte
     curl.py           HTTP ranges through libcurl's multi interface, when pycurl is installed
     fetching.py       which client sends a filesystem's ranges
     hub_routes.py     a Hub file resolved once per process, its ranges sent where it redirects

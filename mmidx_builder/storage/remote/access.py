@@ -13,19 +13,20 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from ...errors import NO_SUCH_FILE, MissingPartnerError, RemoteReadError
+from ...errors import NO_SUCH_FILE, MissingPartnerError, RemoteRateLimitError, RemoteReadError
 from ..files import is_remote
 from .answers import status_of
-from .answers import classify
+from .answers import SlowBody, classify
 from .block_cache import cache_for
 from .fetching import fetch_async, fetch_threads
 from .http import http_client, io_loop
+from .http_info import http_info
 from .hub_routes import HubRoute
 from . import index_files
 from .index_files import index_bytes
 from .objects import RemoteObject
 from .request_queue import REQUESTS_IN_FLIGHT, backoff, fetch_context, pool
-from .server_waits import MAX_WAIT_SECONDS, PAUSES, asked_wait, host_of
+from .server_waits import MAX_WAIT_SECONDS, MAX_WAITS, WaitBudget, asked_wait, host_of
 
 logger = logging.getLogger(__name__)
 _LOCK = threading.Lock()
@@ -46,8 +47,9 @@ class RemoteAccess:
     takes them. ``cache_dir`` / ``max_cache_bytes``: the optional local block cache.
     ``timeout`` / ``retries``: per request, and how often a failed one is tried again.
     ``max_wait``: the seconds one request may spend waiting when servers ask it to (429/503
-    with ``Retry-After`` or ``RateLimit``), over all such waits; those waits are not retries
-    (server_waits.py). ``min_speed`` / ``slow_seconds``: the speed floor of HTTP answers: one
+    with ``Retry-After`` or ``RateLimit``), over all such waits, and ``max_waits`` how many
+    times; those waits are not retries (server_waits.py), and a server asking beyond either is
+    a RemoteRateLimitError naming the host, the wait and the bound. ``min_speed`` / ``slow_seconds``: the speed floor of HTTP answers: one
     slower than ``min_speed`` bytes/s over ``slow_seconds`` (or silent that long) is abandoned
     and tried once more, so a trickling server is an error in about twice ``slow_seconds``
     rather than ``retries`` times ``timeout``."""
@@ -58,6 +60,7 @@ class RemoteAccess:
     timeout: float = TIMEOUT_SECONDS
     retries: int = RETRIES
     max_wait: float = MAX_WAIT_SECONDS
+    max_waits: int = MAX_WAITS
     min_speed: float = MIN_SPEED
     slow_seconds: float = SLOW_SECONDS
 
@@ -67,7 +70,8 @@ class RemoteAccess:
         key = self.__dict__.get("_made_key")
         if key is None:
             key = json.dumps([self.storage_options, self.cache_dir, self.max_cache_bytes, self.timeout, self.retries,
-                              self.max_wait, self.min_speed, self.slow_seconds], sort_keys=True, default=repr)
+                              self.max_wait, self.min_speed, self.slow_seconds, self.max_waits], sort_keys=True,
+                             default=repr)
             object.__setattr__(self, "_made_key", key)  # frozen: the fields it is made of never change
         return key
 
@@ -131,12 +135,17 @@ class RemoteAccess:
 
     # --- objects and bytes ---------------------------------------------------------------
     def stat(self, url: str) -> RemoteObject:
-        """Size and version of ``url`` (one request, retried); FileNotFoundError if absent."""
+        """Size and version of ``url`` (one request, retried; waited out as the server asks,
+        within ``max_wait`` and ``max_waits``); FileNotFoundError if absent."""
+        from fsspec.asyn import sync as fsspec_sync
+
         fs, path = self.filesystem(url)
-        attempt, waited = 0, 0.0
+        attempt, budget, slowed = 0, WaitBudget(self.max_wait, self.max_waits), False
         while True:
             try:
-                info = fs.info(path)
+                # HTTP: a HEAD or a one-byte GET (http_info), never fsspec's whole-file GET.
+                info = (fsspec_sync(fs.loop, http_info, fs, path, self.timeout, self.slow_seconds)
+                        if type(fs).__name__ == "HTTPFileSystem" else fs.info(path))
                 break
             except Exception as error:  # noqa: BLE001 (classified below)
                 if isinstance(error, FileNotFoundError) and status_of(error.__cause__) not in (None, 404):
@@ -146,19 +155,20 @@ class RemoteAccess:
                     error.__cause__ = cause
                     if classify(cause) == "retry":
                         error = cause
-                status, headers = status_of(error), getattr(error, "headers", None)
-                told = asked_wait(status, headers) if status is not None and headers is not None else None
-                if told is not None and waited + told[0] <= self.max_wait:  # as a ranged read waits (server_waits)
-                    host = host_of(url)
-                    PAUSES.pause(host, told[0], told[1], self.max_wait)
-                    time.sleep(max(told[0], PAUSES.remaining(host)))
-                    waited += told[0]
+                status = status_of(error)
+                headers = getattr(error, "headers", None) or getattr(getattr(error, "response", None), "headers", None)
+                told = getattr(error, "wait", None) or (asked_wait(status, headers) if status is not None
+                                                        and headers is not None else None)
+                if told is not None:  # as a ranged read waits (server_waits), within the same bounds
+                    time.sleep(budget.take(host_of(getattr(error, "url", None) or url), *told, url))
                     continue
-                if classify(error) != "retry" or attempt == self.retries:
-                    if status is None or isinstance(error, (FileNotFoundError, RemoteReadError)):
+                kind = classify(error)
+                slow_again = isinstance(error, SlowBody) and slowed  # a silent server: tried once more, no further
+                slowed = slowed or isinstance(error, SlowBody)
+                if kind != "retry" or attempt == self.retries or slow_again:
+                    if isinstance(error, (FileNotFoundError, RemoteReadError)) or (status is None and kind != "retry"):
                         raise error
-                    raise RemoteReadError(url, 0, 0, f"{type(error).__name__}: {error} "
-                                                     f"(after {attempt + 1} attempt(s))") from error
+                    raise typed_stat_error(url, error, attempt + 1) from error
                 time.sleep(backoff(attempt))
                 attempt += 1
         size = info.get("size")
@@ -255,7 +265,8 @@ class RemoteAccess:
             if type(fs).__name__ != "HfFileSystem":
                 return None
             resolve_url = fs.url(path)
-            route = (self.filesystem(resolve_url)[0], HubRoute(resolve_url, fs.token))
+            route = (self.filesystem(resolve_url)[0], HubRoute(resolve_url, fs.token, self.retries,
+                                                                  (self.max_wait, self.max_waits)))
             with _LOCK:
                 route = _ROUTES.setdefault(key, route)
         return route
@@ -287,10 +298,18 @@ class RemoteAccess:
                 for i, (_, bin_url) in enumerate(pairs)]
 
 
+def typed_stat_error(url: str, error, attempts: int) -> RemoteReadError:
+    """The error of a size and version that could not be asked for: a rate limit said as one."""
+    kind = RemoteRateLimitError if status_of(error) == 429 else RemoteReadError
+    return kind(url, 0, 0, f"{type(error).__name__}: {error} (after {attempts} attempt(s))")
+
+
 def _resolved(route: HubRoute, url: str) -> tuple[str, dict]:
     """``route.current()``; a Hub that cannot resolve the file is a RemoteReadError naming it."""
     try:
         return route.current()
+    except RemoteReadError as error:  # a rate limit beyond the bounds: said of the hf:// file
+        raise type(error)(url, 0, 0, f"resolving {route.resolve_url}: {error.reason}") from error
     except Exception as error:  # noqa: BLE001 (huggingface_hub's errors, named with the file)
         raise RemoteReadError(url, 0, 0, f"resolving {route.resolve_url}: {type(error).__name__}: {error}") from error
 

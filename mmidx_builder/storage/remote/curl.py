@@ -38,6 +38,7 @@ import contextlib
 import heapq
 import itertools
 import os
+import re
 import select
 import ssl
 import threading
@@ -57,6 +58,10 @@ from .request_queue import Batch as _RequestBatch  # the fields, answers and fai
 # nothing, HTTP/2 stream errors, TLS handshake failures (transient on a busy endpoint).
 _TIMEOUTS = {28}
 _RETRIED = {5, 6, 7, 16, 18, 35, 52, 55, 56, 92}
+# CURLE_OPERATION_TIMEDOUT's messages while connecting (TCP, TLS, name resolution): the
+# CONNECTTIMEOUT set from the speed floor, a silent server, tried once more as a slow one is.
+_CONNECTING = re.compile(r"Connection timed out|SSL connection timeout|Resolving timed out|Failed to connect",
+                         re.IGNORECASE)
 _TOO_MUCH = 23  # CURLE_WRITE_ERROR: our write callback stopped the body (too long, or the range's end reached)
 
 
@@ -103,8 +108,8 @@ class _Batch(_RequestBatch):
 
     __slots__ = ("targets", "timeout", "floor")
 
-    def __init__(self, parts, targets, retries, timeout, priority, dropped, max_wait, floor):
-        super().__init__(parts, None, retries, priority, dropped, max_wait)
+    def __init__(self, parts, targets, retries, timeout, priority, dropped, max_wait, floor, max_waits):
+        super().__init__(parts, None, retries, priority, dropped, max_wait, max_waits)
         self.targets, self.timeout, self.floor = targets, timeout, floor
 
 
@@ -275,6 +280,9 @@ class _Transfers:
         # The speed floor: libcurl abandons a transfer slower than this many bytes/s over this many seconds.
         handle.setopt(pycurl.LOW_SPEED_LIMIT, max(1, int(batch.floor[0])))
         handle.setopt(pycurl.LOW_SPEED_TIME, max(1, round(batch.floor[1])))
+        # ... which libcurl checks only once connected: a server silent during the TCP or TLS
+        # handshake was waited for the whole timeout, retries + 1 times (6 x 60 s).
+        handle.setopt(pycurl.CONNECTTIMEOUT_MS, max(1, int(batch.floor[1] * 1000)))
         handle.setopt(pycurl.HEADERFUNCTION, transfer.header)
         handle.setopt(pycurl.WRITEFUNCTION, transfer.write)
         handle.transfer = (batch, i, attempt, transfer, self.in_flight.cuts)
@@ -309,7 +317,7 @@ class _Transfers:
         try:
             if failure is not None and failure[0] != _TOO_MUCH:
                 code, message = failure
-                if code in _TIMEOUTS and "too slow" in message.lower():
+                if code in _TIMEOUTS and ("too slow" in message.lower() or _CONNECTING.search(message)):
                     raise SlowBody(f"libcurl: {message}")
                 if code in _TIMEOUTS:
                     raise TimeoutError(f"libcurl: {message}")
@@ -340,7 +348,7 @@ def fetch(access, fs, parts, dropped: threading.Event | None = None, priority: i
         if (obj.url, id(route)) not in targets:
             targets[obj.url, id(route)] = _Target(fs, obj, route, environment)
     batch = _Batch(parts, targets, access.retries, access.timeout, priority, dropped, access.max_wait,
-                   (access.min_speed, access.slow_seconds))
+                   (access.min_speed, access.slow_seconds), access.max_waits)
     transfers = per_process("libcurl transfers", lambda: _Transfers(REQUESTS_IN_FLIGHT))
     transfers.submit(batch)
     return batch.wait(transfers.call_locked)

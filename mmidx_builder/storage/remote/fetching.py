@@ -93,7 +93,10 @@ def fetch_async(access, fs, parts, dropped: threading.Event | None = None,
     if type(fs).__name__ == "HTTPFileSystem":
         import aiohttp
 
-        timeout = aiohttp.ClientTimeout(total=access.timeout, sock_read=access.slow_seconds)
+        # sock_connect: a server silent during the TCP or TLS handshake is given up on as one
+        # silent after it (sock_read), not after the whole timeout.
+        timeout = aiohttp.ClientTimeout(total=access.timeout, sock_read=access.slow_seconds,
+                                        sock_connect=access.slow_seconds)
         floor = (access.min_speed, access.slow_seconds)
         environment = trusted_environment() if fs.client_kwargs.get("trust_env") else None
         targets = {}  # (url, route) -> HttpTarget, made on the loop's thread
@@ -111,7 +114,7 @@ def fetch_async(access, fs, parts, dropped: threading.Event | None = None,
             async with connection_slot(fs, session) if session is not None else contextlib.nullcontext():
                 return await asyncio.wait_for(_get_async(fs, obj, start, stop), access.timeout)
 
-    batch = Batch(parts, send, access.retries, priority, dropped, access.max_wait)
+    batch = Batch(parts, send, access.retries, priority, dropped, access.max_wait, access.max_waits)
     fs.loop.call_soon_threadsafe(submit, batch)
     return batch.wait(fs.loop.call_soon_threadsafe)
 

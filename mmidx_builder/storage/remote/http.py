@@ -8,7 +8,7 @@ import functools
 import os
 import threading
 
-from .answers import ShortBody, SlowBody, check_answer
+from .answers import ShortBody, SlowBody, check_answer, is_date
 from .server_waits import PAUSES, host_of
 from .objects import RemoteObject
 from .process_state import per_process
@@ -103,6 +103,10 @@ class HttpTarget:
         headers["Accept-Encoding"] = "identity"
         if route is not None:
             headers.update(route[1])
+        elif obj.version and is_date(obj.version):
+            # A server without ETags (only Last-Modified): a date is no entity-tag, and nginx and
+            # Apache answer If-Match with one by 412, so the file could not be read at all.
+            headers["If-Unmodified-Since"] = obj.version
         elif obj.version and not obj.version.startswith("W/"):
             headers["If-Match"] = obj.version  # a changed file answers 412 (when the server honours it)
         url = fs.encode_url(route[0] if route is not None else obj.url)
@@ -129,10 +133,11 @@ class HttpTarget:
                 if not check_answer(obj, start, stop, response.status, response.headers, response.url, self.version):
                     return await self._body(response.content)
                 return await _slice(response.content, start, stop)
-        except asyncio.TimeoutError as error:  # aiohttp's sock_read: nothing for the floor's seconds
-            if self.floor is None or not type(error).__name__ == "SocketTimeoutError":
+        except asyncio.TimeoutError as error:  # aiohttp's sock_read or sock_connect: nothing for the floor's seconds
+            if self.floor is None or type(error).__name__ not in ("SocketTimeoutError", "ConnectionTimeoutError"):
                 raise
-            raise SlowBody(f"no byte from {self.url.host}:{self.url.port} for {self.floor[1]:g} s") from error
+            what = "no connection" if type(error).__name__ == "ConnectionTimeoutError" else "no byte"
+            raise SlowBody(f"{what} from {self.url.host}:{self.url.port} for {self.floor[1]:g} s") from error
 
     async def _body(self, content) -> bytes:
         """The body, abandoned once it has come slower than the floor for longer than its seconds."""

@@ -9,6 +9,12 @@ requests per 1,000 samples of a 200M-token prefix. Here a file's ``/resolve/`` U
 asked again only when that URL is about to expire (the ``Expires`` or ``X-Amz-Date`` +
 ``X-Amz-Expires`` it carries) or was refused (403/410: see RemoteAccess.fetch_remote).
 
+The resolve waits as ranged reads do (server_waits.WaitBudget: within ``max_wait`` seconds and
+``max_waits`` waits, whatever ``Retry-After`` says), not as huggingface_hub's own backoff
+does: that slept the ``Retry-After`` of a 429 as given (``time.sleep(86401)`` for a day), so
+huggingface_hub is asked once per attempt (``retry_on_errors=False``) and the waiting is done
+here. 5xx, timeouts and dropped connections are retried with backoff, ``retries`` times.
+
 The Hub token goes only to the Hub's own origin: a signed URL elsewhere carries its own
 authorization, and hf_hub_download drops the token there as well.
 """
@@ -50,8 +56,10 @@ class HubRoute:
     """One ``hf://`` file's ranged reads: ``current()`` is ``(URL, headers)`` to send them to,
     resolved on first use and again when it expires or is refused. Thread-safe."""
 
-    def __init__(self, resolve_url: str, token):
-        self.resolve_url, self.token = resolve_url, token
+    def __init__(self, resolve_url: str, token, retries: int = 5, waits: tuple[float, int] | None = None):
+        """``retries``: attempts after a fault; ``waits``: ``(max_wait, max_waits)`` of a
+        rate-limited resolve (server_waits.WaitBudget), the defaults when None."""
+        self.resolve_url, self.token, self.retries, self.waits = resolve_url, token, retries, waits
         self.resolves = 0  # /resolve/ requests this route made (the tests count them)
         self._lock = threading.Lock()
         self._current: tuple[str, dict] | None = None
@@ -70,12 +78,37 @@ class HubRoute:
             if self._current is seen:
                 self._current = None
 
-    def _resolve(self) -> tuple[str, dict]:
+    def _metadata(self):
+        """huggingface_hub's metadata of the file, asked once per attempt; rate limits waited out
+        and faults retried here (see the module's docstring)."""
         from huggingface_hub import get_hf_file_metadata
+
+        from .answers import classify, status_of
+        from .request_queue import backoff
+        from .server_waits import WaitBudget, asked_wait, host_of
+
+        budget = WaitBudget(*self.waits) if self.waits is not None else WaitBudget()
+        attempt = 0
+        while True:
+            self.resolves += 1
+            try:
+                return get_hf_file_metadata(self.resolve_url, token=self.token, retry_on_errors=False)
+            except Exception as error:  # noqa: BLE001 (classified)
+                status = status_of(error)
+                response = getattr(error, "response", None)
+                told = asked_wait(status, response.headers) if status is not None and response is not None else None
+                if told is not None:  # a RemoteRateLimitError naming the host when beyond the bounds
+                    time.sleep(budget.take(host_of(self.resolve_url), *told, self.resolve_url))
+                    continue
+                if classify(error) != "retry" or attempt >= self.retries:
+                    raise
+                time.sleep(backoff(attempt))
+                attempt += 1
+
+    def _resolve(self) -> tuple[str, dict]:
         from huggingface_hub.utils import build_hf_headers
 
-        self.resolves += 1
-        metadata = get_hf_file_metadata(self.resolve_url, token=self.token, retry_on_errors=True)
+        metadata = self._metadata()
         location = urllib.parse.urljoin(self.resolve_url, metadata.location)
         headers = build_hf_headers(token=self.token) if _origin(location) == _origin(self.resolve_url) else {}
         expires, now = signed_expiry(location), time.time()

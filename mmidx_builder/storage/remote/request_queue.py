@@ -20,7 +20,7 @@ from . import process_state
 from .answers import SlowBody, check_length, classify, overloaded, typed_error
 from .objects import RemoteObject
 from .process_state import per_process
-from .server_waits import MAX_WAIT_SECONDS, PAUSES, host_of
+from .server_waits import MAX_WAIT_SECONDS, MAX_WAITS, WaitBudget, host_of
 
 logger = logging.getLogger(__name__)
 
@@ -164,19 +164,20 @@ class Batch:
     body, or the first error) through ``future``, which the calling thread waits on."""
 
     __slots__ = ("parts", "send", "retries", "priority", "dropped", "results", "remaining", "sent", "future",
-                 "max_wait", "waited", "slowed")
+                 "max_wait", "max_waits", "waited", "slowed")
 
     def __init__(self, parts, send, retries: int, priority: int, dropped: threading.Event | None,
-                 max_wait: float = MAX_WAIT_SECONDS):
+                 max_wait: float = MAX_WAIT_SECONDS, max_waits: int = MAX_WAITS):
         """``send``: the coroutine function that fetches one part (None for curl.py's);
-        ``max_wait``: the seconds a part may wait in all when servers ask it to (server_waits)."""
+        ``max_wait`` / ``max_waits``: the seconds and the times a part may wait in all when
+        servers ask it to (server_waits.WaitBudget)."""
         self.parts, self.send, self.retries, self.priority, self.dropped = parts, send, retries, priority, dropped
         self.results = [None] * len(parts)
         self.remaining = len(parts)
         self.sent = 0  # parts[:sent] have been taken by a worker
         self.future = concurrent.futures.Future()
-        self.max_wait = max_wait
-        self.waited = {}  # part -> seconds it waited as servers asked
+        self.max_wait, self.max_waits = max_wait, max_waits
+        self.waited = {}  # part -> its WaitBudget (made at its first wait)
         self.slowed = set()  # parts an answer of was slower than the speed floor (answers.SlowBody)
 
     async def request(self, i: int, attempt: int, in_flight: InFlight) -> tuple[float, int] | None:
@@ -212,19 +213,15 @@ class Batch:
             return None
         told = getattr(error, "wait", None)
         if told is not None:
-            seconds, why = told
-            host, waited = host_of(error.url), self.waited.get(i, 0.0)
-            if waited + seconds > self.max_wait:
-                failure = RemoteReadError(obj.url, start, stop, f"{host} asks to wait {seconds:.0f} s ({why}); this "
-                                          f"read waited {waited:.0f} s as told already, and waits at most "
-                                          f"{self.max_wait:.0f} s in all (RemoteAccess max_wait)")
+            budget = self.waited.get(i)
+            if budget is None:
+                budget = self.waited[i] = WaitBudget(self.max_wait, self.max_waits)
+            try:
+                return budget.take(host_of(error.url), *told, obj.url, start, stop), attempt
+            except RemoteReadError as failure:
                 failure.__cause__ = error
                 self.fail(failure)
                 return None
-            PAUSES.pause(host, seconds, why, self.max_wait)
-            delay = max(seconds, PAUSES.remaining(host))
-            self.waited[i] = waited + delay
-            return delay, attempt
         slow_again = isinstance(error, SlowBody) and i in self.slowed  # tried once more, no further
         if isinstance(error, SlowBody):
             self.slowed.add(i)
