@@ -19,7 +19,8 @@ ROOT = "mmidx_builder"
 # Lowest first. A top-level module or subpackage of mmidx_builder belongs to one layer; it may
 # import its own layer's modules of the same group and anything in a lower layer, never a
 # higher layer nor a sibling group of its own layer.
-FOUNDATION = {"errors", "checks", "dtypes", "extras", "progress", "warnings_once", "parallel"}  # root modules every layer may import
+# Root modules every layer may import.
+FOUNDATION = {"errors", "checks", "dtypes", "extras", "progress", "warnings_once", "parallel"}
 LAYERS = [
     ("foundation", {"foundation"}),
     ("bytes", {"storage"}),
