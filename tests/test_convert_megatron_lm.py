@@ -1,4 +1,5 @@
-"""mmidx convert against Megatron-LM's own ``tools/preprocess_data.py`` (core_v0.16.1).
+"""mmidx convert against Megatron-LM's own ``tools/preprocess_data.py`` (core_v0.16.1; the
+command-line table also against core_v0.19.0's).
 
 The oracle is the script itself, run from the pinned archive under megatron-core 0.16.1
 (tests/preprocess_data_oracle.py says how it is found), never a re-telling of its steps.
@@ -184,9 +185,20 @@ def all_cases(root, source) -> dict:
 
 
 @pytest.fixture(scope="module")
-def megatron_outputs(oracle, root, all_cases) -> dict:
+def oracle19(tmp_path_factory):
+    return oracle_runner(tmp_path_factory, "core_v0.19")
+
+
+@pytest.fixture(scope="module")
+def megatron_outputs(oracle, oracle19, root, all_cases) -> dict:
     """name -> (output prefix, error) of preprocess_data.py for every case, in one run; and
-    ``"cli:NAME"`` -> (output prefix, error) for every command line of COMMAND_LINES."""
+    ``"cli:NAME"`` -> (output prefix, error) for every command line of COMMAND_LINES;
+    ``"core_v0.19:NAME"`` the same from core_v0.19's script for COMMAND_LINES_019, in a second
+    process started first, so that the two run side by side; ``"options"`` per release."""
+    names19 = list(COMMAND_LINES_019)
+    argvs19 = [command_line(name, root, "megatron19", COMMAND_LINES_019) for name in names19]
+    gpt2_stand_in(root, oracle19.work)
+    wait19 = oracle19.start(argvs19 + [[OPTIONS_REQUEST]])
     argvs, prefixes = [], []
     for k, case in enumerate(all_cases.values()):
         prefix = str(root / f"megatron{k}")
@@ -200,7 +212,10 @@ def megatron_outputs(oracle, root, all_cases) -> dict:
     results = oracle.run(argvs + [[OPTIONS_REQUEST]])
     outputs = {name: (prefix, result["error"]) for name, prefix, result in zip(names, prefixes, results[:-1],
                                                                                  strict=True)}
-    return {**outputs, "options": results[-1]["options"]}
+    results19 = wait19()
+    for name, result in zip(names19, results19[:-1], strict=True):
+        outputs[f"core_v0.19:{name}"] = (str(root / "megatron19" / "out" / name), result["error"])
+    return {**outputs, "options": {"core_v0.16": results[-1]["options"], "core_v0.19": results19[-1]["options"]}}
 
 
 def ours(case: Case, folder) -> str:
@@ -528,8 +543,50 @@ COMMAND_LINES = {  # Megatron-LM's docs and examples, pointed at files made here
 }
 
 
-def command_line(name: str, root, side: str) -> list[str]:
-    """COMMAND_LINES[name] for one side: each side reads its own copy of the inputs (Megatron-LM
+# core_v0.19.0's script: no --legacy-tokenizer nor --tokenizer-hf-include-special-tokens (its
+# HuggingFaceTokenizer includes the special tokens by default), so the lines of COMMAND_LINES it takes
+# and lines of its own flags, over a BertTokenizer folder whose post-processor adds [CLS] ... [SEP].
+COMMAND_LINES_019 = {
+    **{name: COMMAND_LINES[name] for name in ("huggingface", "sentencepiece", "partitions", "partitions_sequential",
+                                              "partitions_glob")},
+    # README.md's GPT line as it is: core_v0.19 opens the Hub's "gpt2" through transformers with the
+    # files given; a folder "gpt2" in its working directory, of the same files, stands in for the repo
+    # (gpt2_stand_in). "a<|endoftext|>b" of DOCUMENTS is one special token there.
+    "readme_gpt2": "--input {d}/corpus.jsonl --output-prefix {out} --vocab-file {gpt2}/vocab.json "
+                   "--tokenizer-type GPT2BPETokenizer --merge-file {gpt2}/merges.txt --append-eod --workers 2",
+    "bert_special_tokens": "--input {d}/corpus.jsonl --output-prefix {out} --tokenizer-type HuggingFaceTokenizer "
+                           "--tokenizer-model {bert_hf} --append-eod --workers 1",
+    "bert_no_special_tokens": "--input {d}/corpus.jsonl --output-prefix {out} --tokenizer-type HuggingFaceTokenizer "
+                              "--tokenizer-model {bert_hf} --tokenizer-hf-no-include-special-tokens "
+                              "--tokenizer-hf-no-use-fast --append-eod --workers 1 --log-interval 5",
+    "bert_partitions": "--input {d}/bert.jsonl --output-prefix {out} --tokenizer-type HuggingFaceTokenizer "
+                       "--tokenizer-model {bert_hf} --append-eod --workers 2 --partitions 2",
+    "llama2": "--input {d}/corpus.jsonl --output-prefix {out} --tokenizer-type Llama2Tokenizer "
+              "--tokenizer-model {sp} --append-eod --workers 1",
+    "tiktoken": "--input {d}/corpus.jsonl --output-prefix {out} --tokenizer-type TikTokenizer --tokenizer-model {tik} "
+                "--tiktoken-pattern v2 --vocab-size {tik_size} --append-eod --workers 1",
+    # every key's .idx is written from core_v0.17 on
+    "json_keys_hf": "--input {d}/keys.jsonl --json-keys text title --output-prefix {out} "
+                    "--tokenizer-type HuggingFaceTokenizer --tokenizer-model {bert_hf} --append-eod --workers 1",
+}
+
+
+def gpt2_stand_in(root, work: str) -> None:
+    """``work/gpt2``: what AutoTokenizer.from_pretrained("gpt2") finds before the Hub (a folder of
+    that name in the working directory), holding the vocabulary files the command line gives, as
+    the README's gpt2-vocab.json and gpt2-merges.txt are the Hub repo's."""
+    folder = os.path.join(work, "gpt2")
+    os.makedirs(folder, exist_ok=True)
+    for name in ("vocab.json", "merges.txt"):
+        shutil.copy(root / "gpt2_files" / name, folder)
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump({"model_type": "gpt2"}, f)
+    with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
+        json.dump({"model_max_length": 1024}, f)
+
+
+def command_line(name: str, root, side: str, table: dict = COMMAND_LINES) -> list[str]:
+    """table[name] for one side: each side reads its own copy of the inputs (Megatron-LM
     writes its partition files beside them, where a glob would find them) and writes its own outputs."""
     import shlex
 
@@ -539,40 +596,86 @@ def command_line(name: str, root, side: str) -> list[str]:
         (d / "out").mkdir()
         write_jsonl(d / "corpus.jsonl", DOCUMENTS)  # 29 lines: partitions of unequal sizes
         write_jsonl(d / "sequential.jsonl", DOCUMENTS)
+        write_jsonl(d / "bert.jsonl", DOCUMENTS, newline="\r\n")
         write_jsonl(d / "parts" / "a.jsonl", DOCUMENTS[:11])
         write_jsonl(d / "parts" / "b.jsonl", DOCUMENTS[11:], newline="\r\n")
         with open(d / "keys.jsonl", "w", encoding="utf-8") as f:
             for k, text in enumerate(DOCUMENTS):
                 f.write(json.dumps({"title": f"Title {k} {text[:9]}", "text": text}) + "\n")
-    text = COMMAND_LINES[name].format(d=d, out=d / "out" / name, gpt2=root / "gpt2_files", bert=root / "bert_vocab.txt",
-                                      hf=root / "cr", sp=root / "sp.model")
+    tiktoken = root / "tiktoken" / "vocab.json"
+    text = table[name].format(d=d, out=d / "out" / name, gpt2=root / "gpt2_files", bert=root / "bert_vocab.txt",
+                              hf=root / "cr", sp=root / "sp.model", bert_hf=root / "bert_cased", tik=tiktoken,
+                              tik_size=len(json.loads(tiktoken.read_text())) + 1000)
     return shlex.split(text)
 
 
-@pytest.mark.parametrize("name", list(COMMAND_LINES))
-def test_preprocess_data_command_lines_run_unchanged_with_the_same_pairs(name, all_cases, megatron_outputs, root):
+@pytest.mark.parametrize("release, name", [("core_v0.16", name) for name in COMMAND_LINES]
+                         + [("core_v0.19", name) for name in COMMAND_LINES_019])
+def test_preprocess_data_command_lines_run_unchanged_with_the_same_pairs(release, name, all_cases, megatron_outputs,
+                                                                         root):
+    """Each release's command line, given to `mmidx preprocess-data --megatron-version RELEASE`."""
     from mmidx_builder.cli import main
 
-    prefix, error = megatron_outputs[f"cli:{name}"]
-    argv = command_line(name, root, "ours")
+    if release == "core_v0.16":
+        prefix, error = megatron_outputs[f"cli:{name}"]
+        side, table = "ours", COMMAND_LINES
+    else:
+        prefix, error = megatron_outputs[f"core_v0.19:{name}"]
+        side, table = "ours19", COMMAND_LINES_019
+    argv = command_line(name, root, side, table)
     keys = argv[argv.index("--json-keys") + 1:argv.index("--output-prefix")] if "--json-keys" in argv else ["text"]
-    # preprocess_data.py finalizes the last key's .idx only (its finalize call sits after its loop
-    # over the keys): the other keys' .bin files are the same, their .idx is never written there.
-    unwritten = f"no {prefix}_{keys[0]}_document.idx" if len(keys) > 1 else ""
-    assert error == unwritten, f"preprocess_data.py failed on {name}: {error}"
+    # core_v0.16.1 finalizes the last key's .idx only (its finalize call sits after its loop over the
+    # keys): the other keys' .bin files are the same, their .idx is never written there.
+    last_only = release == "core_v0.16" and len(keys) > 1
+    unwritten = f"no {prefix}_{keys[0]}_document.idx" if last_only else ""
+    assert error == unwritten, f"{release}'s preprocess_data.py failed on {name}: {error}"
+    assert main(["preprocess-data", "--megatron-version", release, *argv]) == 0
+    for k, key in enumerate(keys):
+        theirs, mine = f"{prefix}_{key}_document", str(root / side / "out" / f"{name}_{key}_document")
+        if last_only and k < len(keys) - 1:
+            assert open(mine + ".bin", "rb").read() == open(theirs + ".bin", "rb").read(), (name, key)
+        else:
+            assert same_bytes(mine, theirs), (release, name, key)
+
+
+def test_core_v0_19_default_includes_the_special_tokens_that_core_v0_16_leaves_out(megatron_outputs):
+    """The table's discriminating pair: core_v0.19's default over a BertTokenizer folder adds
+    [CLS] ... [SEP] to every document (an empty one becomes [CLS] [SEP] and then gets its EOD);
+    with --tokenizer-hf-no-include-special-tokens it does not."""
+    from mmidx_builder.sources.indexed import IndexedFile
+
+    with_tokens = IndexedFile.open(megatron_outputs["core_v0.19:bert_special_tokens"][0] + "_text_document")
+    without = IndexedFile.open(megatron_outputs["core_v0.19:bert_no_special_tokens"][0] + "_text_document")
+    assert with_tokens.num_documents == without.num_documents
+    for i in range(without.num_documents):
+        n = len(without.document(i))
+        assert len(with_tokens.document(i)) == (n + 2 if n else 3), i
+
+
+def test_without_megatron_version_the_newest_release_is_followed_and_said(root, capsys, all_cases):
+    from mmidx_builder.cli import main
+
+    argv = command_line("bert_special_tokens", root, "ours19", COMMAND_LINES_019)
+    argv[argv.index("--output-prefix") + 1] += "_default"
     assert main(["preprocess-data", *argv]) == 0
-    for key in keys[:-1]:
-        theirs, mine = f"{prefix}_{key}_document", str(root / "ours" / "out" / f"{name}_{key}_document")
-        assert open(mine + ".bin", "rb").read() == open(theirs + ".bin", "rb").read(), (name, key)
-    for key in keys[-1:]:
-        theirs, mine = f"{prefix}_{key}_document", str(root / "ours" / "out" / f"{name}_{key}_document")
-        assert same_bytes(mine, theirs), (name, key)
+    assert "following core_v0.19's preprocess_data.py (the default --megatron-version)" in capsys.readouterr().err
+    prefix = argv[argv.index("--output-prefix") + 1]
+    assert same_bytes(prefix + "_text_document", str(root / "megatron19" / "out" / "bert_special_tokens_text_document"))
 
 
 @pytest.mark.parametrize("flags, says", [
     ("--tokenizer-type NullTokenizer --vocab-size 100", "NullTokenizer is not supported by mmidx: .*--tokenizer none"),
-    ("--tokenizer-type HuggingFaceTokenizer --tokenizer-model M --tokenizer-hf-use-fast",
+    ("--megatron-version core_v0.16 --tokenizer-type HuggingFaceTokenizer --tokenizer-model M --tokenizer-hf-use-fast",
      "--tokenizer-hf-use-fast is not followed by mmidx"),
+    ("--tokenizer-type HuggingFaceTokenizer --tokenizer-model M --tokenizer-hf-include-special-tokens",
+     "--tokenizer-hf-include-special-tokens is a flag of core_v0.16's preprocess_data.py, not of core_v0.19's "
+     r"\(--megatron-version core_v0.19, the default\): add --megatron-version core_v0.16"),
+    ("--megatron-version core_v0.19 --tokenizer-type Llama2Tokenizer --tokenizer-model M --legacy-tokenizer",
+     "--legacy-tokenizer is a flag of core_v0.16's preprocess_data.py, not of core_v0.19's"),
+    ("--megatron-version core_v0.16 --tokenizer-type HuggingFaceTokenizer --tokenizer-model M "
+     "--tokenizer-hf-no-include-special-tokens", "--tokenizer-hf-no-include-special-tokens is a flag of core_v0.19's "
+                                                 "preprocess_data.py, not of core_v0.16's"),
+    ("--tokenizer-type BertWordPieceLowerCase --vocab-file V", "core_v0.19: its script adds \\[CLS\\] ... \\[SEP\\]"),
     ("--tokenizer-type HuggingFaceTokenizer --tokenizer-model M --partitions 2", "--workers 1 is not divisible by "
                                                                                  "--partitions 2"),
     ("--tokenizer-type GPT2BPETokenizer --vocab-file V", "GPT2BPETokenizer needs --merge-file"),
@@ -598,12 +701,23 @@ def test_mmidx_convert_given_preprocess_data_flags_names_the_command_that_takes_
 
 
 def test_every_flag_of_preprocess_data_is_taken_by_mmidx_preprocess_data(megatron_outputs):
-    """Its parser's options (core_v0.16.1's, with the tokenizer flags it adds): each one is
-    parsed by `mmidx preprocess-data`, then followed or refused by name, never unrecognized."""
+    """Its parser's options at each release (with the tokenizer flags it adds): each one is
+    parsed by `mmidx preprocess-data`, then followed or refused by name, never unrecognized;
+    the flags of one release only are the ones refused under the other (ONLY_IN)."""
     from mmidx_builder.cli import build_parser
+    from mmidx_builder.cli.preprocess_data import ONLY_IN
 
-    theirs = set(megatron_outputs["options"]) - {"-h", "--help"}
-    assert {"--input", "--partitions", "--tokenizer-type", "--keep-sequential-samples"} <= theirs
-    command = build_parser()._subparsers._group_actions[0].choices["preprocess-data"]
-    ours = {o for a in command._actions for o in a.option_strings}
-    assert theirs <= ours, sorted(theirs - ours)
+    options = {release: set(found) - {"-h", "--help"} for release, found in megatron_outputs["options"].items()}
+    for release, theirs in options.items():
+        assert {"--input", "--partitions", "--tokenizer-type", "--keep-sequential-samples"} <= theirs
+        command = build_parser()._subparsers._group_actions[0].choices["preprocess-data"]
+        ours = {o for a in command._actions for o in a.option_strings}
+        assert theirs <= ours, (release, sorted(theirs - ours))
+    own = {release: {flag for flag, _ in ONLY_IN[release].values()} for release in ONLY_IN}
+    # (a flag with aliases is listed once in ONLY_IN: its aliases are checked as the same option)
+    aliases = {"--disable-pad-vocab-size": "--no-pad-vocab-size",
+               "--disable-tokenizer-sentencepiece-ignore-extra-whitespaces":
+                   "--no-tokenizer-sentencepiece-ignore-extra-whitespaces"}
+    only = {r: {aliases.get(o, o) for o in options[r] - options[other]} for r, other in
+            (("core_v0.16", "core_v0.19"), ("core_v0.19", "core_v0.16"))}
+    assert only == own

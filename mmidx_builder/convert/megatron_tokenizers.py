@@ -19,7 +19,9 @@ with a 200-character word limit), so they are fast:
 
 - GPT2BPETokenizer reads merges.txt as Megatron does (the first line is skipped, whatever it
   holds, and so is the text after the last newline); special tokens are never matched in
-  the text; the vocabulary size is vocab.json's entry count.
+  the text; the vocabulary size is vocab.json's entry count. With ``special_in_text``
+  (core_v0.19's path, transformers' GPT2Tokenizer over the same files) ``<|endoftext|>`` in
+  the text is that one id, as transformers' added token (appended when vocab.json lacks it).
 - BertWordPiece*: vocab.txt one token a line (stripped); ``[BOS]`` and ``[EOS]`` are added
   after the vocabulary when missing, and ``[EOS]`` is the EOD, as Megatron's
   ``_BertWordPieceTokenizer`` does; ``[UNK]``, ``[CLS]``, ``[SEP]``, ``[PAD]`` and ``[MASK]``
@@ -71,7 +73,7 @@ def _read(path: str, option: str) -> str:
         raise ConvertError(f"{path}, given as {option}: cannot read as UTF-8 text: {error}") from None
 
 
-def gpt2_bpe(vocab_file: str, merge_file: str):
+def gpt2_bpe(vocab_file: str, merge_file: str, special_in_text: bool = False):
     """(tokenizers.Tokenizer, vocabulary size, EOD id or None) for GPT2BPETokenizer."""
     tokenizers = _tokenizers()
     try:
@@ -92,6 +94,9 @@ def gpt2_bpe(vocab_file: str, merge_file: str):
         raise ConvertError(f"{vocab_file} + {merge_file}: not a byte-level BPE vocabulary: {error}") from None
     tokenizer = tokenizers.Tokenizer(model)
     tokenizer.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    if special_in_text:
+        tokenizer.add_special_tokens([tokenizers.AddedToken(GPT2_EOD, special=True, normalized=False)])
+        return tokenizer, tokenizer.get_vocab_size(with_added_tokens=True), tokenizer.token_to_id(GPT2_EOD)
     return tokenizer, len(vocab), vocab.get(GPT2_EOD)
 
 

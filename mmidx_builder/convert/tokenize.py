@@ -193,11 +193,13 @@ class MegatronVocabTokenizer(_LoadedFromFile):
 
     def __init__(self, kind: str, eod_id: int | None = None, *, vocab_file: str | None = None,
                  merge_file: str | None = None, tokenizer_model: str | None = None, vocab_size: int | None = None,
-                 tiktoken_pattern: str | None = None, tiktoken_num_special_tokens: int | None = None):
+                 tiktoken_pattern: str | None = None, tiktoken_num_special_tokens: int | None = None,
+                 gpt2_special_in_text: bool | None = None):
         self.kind = kind
         self.files = dict(vocab_file=vocab_file, merge_file=merge_file, tokenizer_model=tokenizer_model,
                           vocab_size=vocab_size, tiktoken_pattern=tiktoken_pattern,
-                          tiktoken_num_special_tokens=tiktoken_num_special_tokens)
+                          tiktoken_num_special_tokens=tiktoken_num_special_tokens,
+                          gpt2_special_in_text=gpt2_special_in_text)
         self._load()
         self.name = f"{kind} ({', '.join(p for p in (vocab_file, merge_file, tokenizer_model) if p)})"
         self.vocab_size, own_eod = self._size, self._eod
@@ -210,7 +212,8 @@ class MegatronVocabTokenizer(_LoadedFromFile):
     def _load(self) -> None:
         files = self.files
         if self.kind == "GPT2BPETokenizer":
-            self._tokenizer, self._size, self._eod = megatron_tokenizers.gpt2_bpe(files["vocab_file"], files["merge_file"])
+            self._tokenizer, self._size, self._eod = megatron_tokenizers.gpt2_bpe(
+                files["vocab_file"], files["merge_file"], special_in_text=bool(files["gpt2_special_in_text"]))
         elif self.kind.startswith("BertWordPiece"):
             self._tokenizer, self._size, self._eod = megatron_tokenizers.bert_wordpiece(
                 files["vocab_file"], lower_case=self.kind == "BertWordPieceLowerCase")
@@ -264,7 +267,8 @@ def load_tokenizer(spec: str, *, eod_id: int | None = None, vocab_size: int | No
     """The adapter for ``spec``: ``bytes``, ``none``, a ``tokenizer.json`` (or a folder
     holding one), a sentencepiece ``.model``, or one of Megatron's vocabulary-file tokenizers
     by its name (``GPT2BPETokenizer``...; ``files``: ``vocab_file``, ``merge_file``,
-    ``tokenizer_model``, ``tiktoken_pattern``, ``tiktoken_num_special_tokens``). ``eod_id``
+    ``tokenizer_model``, ``tiktoken_pattern``, ``tiktoken_num_special_tokens``,
+    ``gpt2_special_in_text``: core_v0.19's GPT2BPETokenizer). ``eod_id``
     overrides the tokenizer's own; ``add_special_tokens`` adds what the tokenizer's
     post-processor adds (see the module)."""
     if isinstance(spec, Tokenizer):
