@@ -450,6 +450,11 @@ def test_libcurl_answers_are_the_last_responses_header_lines_parsed_once():
     assert dict(fields.items()) == {"content-range": "bytes 10-19/100", "etag": '"b"', "x-empty": ""}
     assert transfer.write(b"0123456789") is None and transfer.body() == b"0123456789"
     assert _Transfer(0, 1, 100).answer()[0] == 0  # no status line: not an answer
+    old_server = _Transfer(0, 10, 100)  # lines ending in LF alone, which libcurl takes too
+    for line in (b"HTTP/1.0 206 Partial Content\n", b"ETag: \"c\"\n", b"Content-Range: bytes 0-9/100\n", b"\n"):
+        old_server.lines.append(line)
+    status, fields = old_server.answer()
+    assert (status, fields.get("etag"), fields.get("content-range")) == (206, '"c"', "bytes 0-9/100")
 
 
 def test_reused_libcurl_handles_send_each_files_own_headers(served):

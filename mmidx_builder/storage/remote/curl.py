@@ -134,31 +134,31 @@ class _Transfer:
     def answer(self) -> tuple[int, "_Fields"]:
         """The status and the header fields of the last response: the one after redirects and
         ``100 Continue``."""
+        first, status = self._last_response()
+        return status, _Fields(b"".join(self.lines[first:]).decode("latin-1") if first else "")
+
+    def _last_response(self) -> tuple[int, int]:
+        """(index of the first header line of the last response, its status); (0, 0) without one."""
         lines = self.lines
         first = len(lines)
         while first and not lines[first - 1].startswith(b"HTTP/"):  # no field name holds a "/"
             first -= 1
         if not first:
-            return 0, _Fields("")
+            return 0, 0
         parts = lines[first - 1].split()
-        status = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
-        return status, _Fields(b"".join(lines[first:]).decode("latin-1"))
+        return first, int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
 
     def write(self, data: bytes):
         position = self.position
         self.position += len(data)
         if self.cut is None:
-            self.cut = self.status() == 200 and (self.start, self.stop) != (0, self.size)
+            self.cut = self._last_response()[1] == 200 and (self.start, self.stop) != (0, self.size)
         if self.cut:  # the whole file: cut the range
             if self.position > self.start:
                 self.chunks.append(data[max(0, self.start - position):self.stop - position])
             return 0 if self.position >= self.stop else None
         self.chunks.append(data)
         return 0 if self.position > self.stop - self.start else None  # more than the range: stop at once
-
-    def status(self) -> int:
-        """The status of the response whose body is being written (its header lines are all in)."""
-        return self.answer()[0]
 
     def body(self) -> bytes:
         return b"".join(self.chunks)
@@ -172,24 +172,26 @@ class _Fields:
     __slots__ = ("block", "low")
 
     def __init__(self, block: str):
-        self.block = "\r\n" + block  # every field starts with CRLF, the keys get looks for
+        # Lines end in CRLF, or LF alone from an old server (libcurl takes both): a field is
+        # found after an LF, its value stripped of the CR.
+        self.block = "\n" + block
         self.low = self.block.lower()
 
     def get(self, name: str, default=None):
-        key = "\r\n" + name + ":"
+        key = "\n" + name + ":"
         at = self.low.rfind(key)
         if at < 0:
             return default
         at += len(key)
-        end = self.low.find("\r\n", at)
-        return self.block[at:end if end >= 0 else len(self.block)].strip(" \t")
+        end = self.low.find("\n", at)
+        return self.block[at:end if end >= 0 else len(self.block)].strip(" \t\r")
 
     def items(self):
         fields = {}
-        for line in self.block.split("\r\n"):
+        for line in self.block.split("\n"):
             name, colon, value = line.partition(":")
             if colon:
-                fields[name.strip().lower()] = value.strip(" \t")
+                fields[name.strip().lower()] = value.strip(" \t\r")
         return fields.items()
 
 
