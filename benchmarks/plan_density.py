@@ -63,8 +63,9 @@ def main() -> None:
         for budget in (MERGE_BUDGET, 0.25):
             total = sum(requests(a, min(samples, a + gather), budget) for a in range(0, samples, gather))
             print(f"| {gather:,} samples ({gather / samples:.0%} of the file) | {budget:.2f} | {total / samples:.2f} |")
-    for growth, fraction, budget in ((READ_AHEAD_GROWTH, 0.5, MERGE_BUDGET), (READ_AHEAD_GROWTH, 1.0, MERGE_BUDGET),
-                                     (0.3, 1.0, MERGE_BUDGET), (READ_AHEAD_GROWTH, 1.0, 0.25), (1.0, 0.5, MERGE_BUDGET)):
+    ramps = ((READ_AHEAD_GROWTH, 0.5, MERGE_BUDGET), (READ_AHEAD_GROWTH, 1.0, MERGE_BUDGET), (0.3, 1.0, MERGE_BUDGET),
+             (READ_AHEAD_GROWTH, 1.0, 0.25), (1.0, 0.5, MERGE_BUDGET))
+    for growth, fraction, budget in ramps:
         read, total, gathers = 0, 0, 0
         while read < samples:
             allowed = (READ_AHEAD_START_BYTES + growth * read * SAMPLE_BYTES) / SAMPLE_BYTES
