@@ -14,7 +14,9 @@ behave as real ones sometimes do, through both HTTP clients (libcurl and aiohttp
 - an answer without the ETag (or Last-Modified) seen at open: retried, then a changed file;
   a server with only Last-Modified (412 to If-Match, as nginx and Apache) streams;
 - a server silent before its headers, or during the TCP/TLS handshake: given up on after
-  the speed floor's seconds, twice (issue 41).
+  the speed floor's seconds, twice (issue 41);
+- what libcurl hands over: the last response's header lines, read once; its reused handles
+  send each file's own URL and headers (issue 41 item 6).
 
 The oracle for tokens is the served file read locally through a memory map.
 """
@@ -424,3 +426,50 @@ def test_a_server_silent_from_the_connection_on_is_given_up_on_within_the_floor(
     with pytest.raises(RemoteReadError, match=r"opened\.bin: bytes \[0, 0\).*2 attempt"):
         fast(timeout=20, retries=5, slow_seconds=0.5).stat(url.replace("corpus", "opened"))
     assert time.monotonic() - began < 10
+
+
+# --- what libcurl hands over (curl.py) --------------------------------------------------------
+
+def test_libcurl_answers_are_the_last_responses_header_lines_parsed_once():
+    """libcurl gives the header lines of every response of a request (a redirect, a 100
+    Continue, then the answer) one at a time; they are kept as they come and read once: the
+    last response's status and fields, a field sent twice being its last, names in any case,
+    values without the spaces around them."""
+    from mmidx_builder.storage.remote.curl import _Transfer
+
+    transfer = _Transfer(10, 20, 100)
+    for line in (b"HTTP/1.1 100 Continue\r\n", b"\r\n", b"HTTP/1.1 302 Found\r\n", b"ETag: \"old\"\r\n",
+                 b"Location: /elsewhere\r\n", b"\r\n", b"HTTP/1.1 206 Partial Content\r\n",
+                 b"content-range:  bytes 10-19/100 \r\n", b"ETag: \"a\"\r\n", b"X-Empty:\r\n", b"ETAG:\t\"b\"\r\n",
+                 b"\r\n"):
+        transfer.lines.append(line)
+    status, fields = transfer.answer()
+    assert status == 206
+    assert (fields.get("content-range"), fields.get("etag"), fields.get("x-empty")) == ("bytes 10-19/100", '"b"', "")
+    assert fields.get("location") is None and fields.get("content-encoding") is None
+    assert dict(fields.items()) == {"content-range": "bytes 10-19/100", "etag": '"b"', "x-empty": ""}
+    assert transfer.write(b"0123456789") is None and transfer.body() == b"0123456789"
+    assert _Transfer(0, 1, 100).answer()[0] == 0  # no status line: not an answer
+    old_server = _Transfer(0, 10, 100)  # lines ending in LF alone, which libcurl takes too
+    for line in (b"HTTP/1.0 206 Partial Content\n", b"ETag: \"c\"\n", b"Content-Range: bytes 0-9/100\n", b"\n"):
+        old_server.lines.append(line)
+    status, fields = old_server.answer()
+    assert (status, fields.get("etag"), fields.get("content-range")) == (206, '"c"', "bytes 0-9/100")
+
+
+def test_reused_libcurl_handles_send_each_files_own_headers(served):
+    """libcurl's handles are reused, their per-file options (URL, headers) set when a handle
+    moves to another file: reads of two files with different headers, one after another and
+    at once, each reach their own server with their own header and bytes."""
+    folder, _ = served
+    data = (folder / "corpus.bin").read_bytes()
+    with RangeServer(folder) as first, RangeServer(folder) as second:
+        reads = []
+        for server, login in ((first, "Basic Zmlyc3Q6MQ=="), (second, "Basic c2Vjb25kOjI=")):
+            access = fast(storage_options={"headers": {"Authorization": login}})
+            reads.append((access, access.stat(server.url + "/corpus.bin")))
+        for round_ in range(3):
+            for access, obj in reads:
+                starts = [(97 * k + round_) % 4000 for k in range(20)]
+                assert access.fetch([obj] * 20, starts, [s + 50 for s in starts]) == [data[s:s + 50] for s in starts]
+        assert set(first.logins) == {"Basic Zmlyc3Q6MQ=="} and set(second.logins) == {"Basic c2Vjb25kOjI="}

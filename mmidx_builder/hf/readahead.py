@@ -126,9 +126,15 @@ def _in_dataloader_worker() -> bool:
 
 
 def _key(rows: np.ndarray):
-    """What names a request: ``(first, stop)`` for consecutive rows, else the rows themselves."""
-    if len(rows) and int(rows[-1]) - int(rows[0]) + 1 == len(rows) and bool(np.all(np.diff(rows) == 1)):
-        return int(rows[0]), int(rows[-1]) + 1
+    """What names a request: ``(first, stop)`` for consecutive rows, else the rows themselves.
+    Called several times per shard a stream asks for (960 a pass): np.diff and np.all were 13%
+    of the consumer thread's time on a remote stream (py-spy). ``last - first + 1 == n`` and
+    strictly increasing is consecutive."""
+    n = len(rows)
+    if n:
+        first, last = int(rows[0]), int(rows[-1])
+        if last - first + 1 == n and (n < 3 or bool((rows[1:] > rows[:-1]).all())):
+            return first, last + 1
     return rows.tobytes()
 
 
