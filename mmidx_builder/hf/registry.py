@@ -441,10 +441,11 @@ def _listed(pattern: str, base_path: str, allowed_extensions, download_config) -
 def _plain_url(pattern: str) -> bool:
     """An http(s) URL without glob characters: fsspec's HTTP glob of one asks whether it
     exists with a GET of the whole file (``_exists``), hung up after the headers, and calls a
-    429 or a 503 "not there"; storage/remote/http_info.py asks with a HEAD."""
-    from fsspec.implementations.http import has_magic
-
-    return pattern.startswith(("http://", "https://")) and "::" not in pattern and not has_magic(pattern)
+    429 or a 503 "not there"; storage/remote/http_info.py asks with a HEAD. (Glob characters
+    as fsspec's HTTP glob sees them, ``*?[``; its module is not imported: it needs aiohttp,
+    which a core install lacks.)"""
+    return (pattern.startswith(("http://", "https://")) and "::" not in pattern
+            and not any(c in pattern for c in "*?["))
 
 
 def _existing_urls(url: str, storage_options: dict) -> list[str]:
