@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+from .files import _human_bytes as _size
 from .keywords import in_flags
 
 DAY = 24 * 3600
@@ -20,14 +21,6 @@ def add_commands(commands) -> None:
     p.add_argument("--dry-run", action="store_true", help="with --prune: say what would be removed, remove nothing")
     p.add_argument("--json", action="store_true", help="one JSON object per cache")
     p.set_defaults(run=_cache, explain=in_flags(p))
-
-
-def _size(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    raise AssertionError("unreachable")
 
 
 def _age(seconds: float) -> str:
