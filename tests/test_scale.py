@@ -111,6 +111,44 @@ def test_spawned_dataloader_workers_share_the_index_arrays(big, torch):
         assert grown < 0.25 * rows, f"a worker's private memory grew by {grown / 2**20:.1f} MiB over {rows} samples"
 
 
+def _folder_bytes(folder) -> dict:
+    """Apparent bytes of every file under ``folder``, by name."""
+    return {os.path.relpath(os.path.join(d, n), folder): os.path.getsize(os.path.join(d, n))
+            for d, _, names in os.walk(folder) for n in names}
+
+
+def test_the_index_cache_is_no_larger_than_megatron_cores(big, megatron, tmp_path):
+    """Issue 43: the same configuration's index cache, ours (the opened pair's record and the
+    sampling indices) against megatron-core's GPTDataset's (path_to_cache). Before, the record
+    kept the lengths and the starts of the sequences too: 8 bytes a sequence more, 2.6x."""
+    from megatron.core.datasets.utils import Split
+    from conftest import MegatronTokenizer
+
+    _, prefix, settings = big
+    ours = tmp_path / "ours"
+    first = next(iter(MMIdx(**{**settings, "index_cache_dir": str(ours)}).as_streaming_dataset("train")))["input_ids"]
+    config = megatron.gpt_dataset.GPTDatasetConfig(
+        random_seed=settings["seed"], sequence_length=settings["seq_length"], blend=([prefix], None), split="1,0,0",
+        tokenizer=MegatronTokenizer(), path_to_cache=str(tmp_path / "megatron"), reset_position_ids=False,
+        reset_attention_mask=False, eod_mask_loss=False)
+    low_level = megatron.indexed_dataset.IndexedDataset(prefix)
+    documents = np.arange(len(low_level.sequence_lengths), dtype=np.int32)
+    theirs = megatron.gpt_dataset.GPTDataset(low_level, prefix, documents, None, Split.train, config)
+    assert len(first) == settings["seq_length"] + 1
+    # The same configuration: as many samples on both sides (ours as its cache records them).
+    metas = [json.loads((ours / name).read_text()) for name in os.listdir(ours)
+             if name.endswith("-meta.json") and not name.startswith("opened-")]
+    assert [meta["num_samples"] for meta in metas] == [len(theirs)]
+    ours_bytes, their_bytes = _folder_bytes(ours), _folder_bytes(tmp_path / "megatron")
+    # Both hold the three sampling arrays (document, sample, shuffle index) in megatron-core's
+    # dtypes; ours has no array of its own beside them.
+    per_sequence = SEQUENCES * 4
+    assert sum(their_bytes.values()) > 3 * per_sequence, their_bytes
+    # Allowing our two meta files (under 1 KiB each) against its description: per cache, not per sequence.
+    assert sum(ours_bytes.values()) <= sum(their_bytes.values()) + 2048, (ours_bytes, their_bytes)
+    assert not any(name.startswith("opened-") and size > 64 * 1024 for name, size in ours_bytes.items()), ours_bytes
+
+
 def test_a_warm_open_reads_the_idx_header_not_its_tables(big):
     """Counted with every read going through pread (mapped.py's fallback), which /proc/self/io
     counts (process_vm_readv copies are not read calls)."""

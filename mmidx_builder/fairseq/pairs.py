@@ -429,8 +429,8 @@ class LanguagePairs:
         if i < 0:
             i += self.num_pairs
         sequence = self.sequence_ids([i])
-        source = self.source.read_pieces(sequence, [0], self.source.sequence_lengths[sequence])
-        target = self.target.read_pieces(sequence, [0], self.target.sequence_lengths[sequence])
+        source = self.source.read_pieces(sequence, [0], self.source.lengths_view[sequence])
+        target = self.target.read_pieces(sequence, [0], self.target.lengths_view[sequence])
         return self.items.source(source.astype(np.int64)), self.items.target(target.astype(np.int64))
 
     def __repr__(self) -> str:
@@ -438,7 +438,7 @@ class LanguagePairs:
 
 
 def _list_array(side: Concatenated, sequences: np.ndarray) -> pa.ListArray:
-    lengths = side.sequence_lengths[sequences].astype(np.int64)
+    lengths = np.asarray(side.lengths_view[sequences], np.int64)
     offsets = np.zeros(len(sequences) + 1, np.int64)
     np.cumsum(lengths, out=offsets[1:])
     flat = side.read_pieces(sequences, np.zeros(len(sequences), np.int64), lengths)

@@ -19,7 +19,7 @@ from ..megatron import sampling
 from ..checks import check_int
 from ..dtypes import cast_tokens, integer_dtype
 from ..sources.indexed import split_prefix
-from ..sources.token_source import index_files, lengths_identity
+from ..sources.token_source import lengths_view
 from .base_builder import DEFAULT_NUM_SHARDS, INDEX_CACHE_FOLDER, BaseBuilder, BaseConfig
 from .plans import OpenedSplit, Plan, opened_split
 from .readahead import ReadAhead
@@ -115,7 +115,7 @@ def pooled_samples(source, indices: sampling.SamplingIndices, sample_ids: np.nda
     hands back the memory of tables already consumed; a fresh numpy array of a few MB is new
     pages from the kernel, each faulted in as the gather first writes it (measured: the gather
     ran ~20% faster from the pool, with no page faults)."""
-    sequence_ids, offsets, lengths, _ = sampling.sample_pieces(indices, source.sequence_lengths, sample_ids)
+    sequence_ids, offsets, lengths, _ = sampling.sample_pieces(indices, lengths_view(source), sample_ids)
     return pooled_tokens(source, sequence_ids, offsets, lengths).reshape(-1, indices.sample_length)
 
 
@@ -133,7 +133,7 @@ def sample_table(source, indices: sampling.SamplingIndices, sample_ids: np.ndarr
     tokens = cast_tokens(pooled_samples(source, indices, sample_ids), dtype)
     columns = {"input_ids": fixed_size_lists(tokens, indices.sample_length)}
     if document_structure:
-        columns.update(structure_columns(*sampling.document_structure(indices, source.sequence_lengths, sample_ids),
+        columns.update(structure_columns(*sampling.document_structure(indices, lengths_view(source), sample_ids),
                                          indices.sample_length))
     return pa.table(columns)
 
@@ -156,11 +156,8 @@ def _label(plan: Plan) -> str:
 def opened_samples(source, plan: Plan, files=()) -> OpenedSplit:
     """A kind's token source sampled the Megatron GPTDataset way with the plan's settings
     (``sampling``, ``index_cache_dir``, ``document_structure``, ``dtype``)."""
-    # Keyed by what the lengths are read from (a pair's .idx, not its .bin: token_source.lengths_identity).
-    indices = sampling.load_or_build_indices(source.sequence_lengths, cache_dir=plan["index_cache_dir"],
-                                             identity=lengths_identity(source), files=index_files(source),
-                                             label=_label(plan),
-                                             **dict(plan["sampling"]))
+    indices = sampling.load_or_build_source_indices(source, cache_dir=plan["index_cache_dir"], label=_label(plan),
+                                                    **dict(plan["sampling"]))
     dtype = np.dtype(plan["dtype"]) if plan["dtype"] else source.dtype
     features = sample_features(dtype, indices.sample_length, plan["document_structure"])
     table = functools.partial(sample_table_for, source, indices, plan["document_structure"], plan["dtype"])

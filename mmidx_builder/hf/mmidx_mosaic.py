@@ -29,7 +29,7 @@ from ..mosaic.columns import Layout, NdarrayForm, column_spans, ndarray_form
 from ..mosaic.encodings import Kind
 from ..mosaic.index import parse_index
 from ..mosaic.tokens import TokenColumn, token_encoding_problem
-from ..sources.token_source import Concatenated
+from ..sources.token_source import Concatenated, lengths_view
 from .base_builder import INDEX_CACHE_FOLDER
 from .gpt_samples import GPTSamplesBuilder, SamplesConfig, pooled_tokens
 from .mosaic_streams import (holds_mosaic_index, identity_paths_of, index_files, open_streams,
@@ -170,7 +170,7 @@ def default_token_column(index) -> str:
 
 def token_rows_table(source, dtype, fixed_length, rows: np.ndarray) -> pa.Table:
     """Rows ``rows`` of a token column, each sample's ids as they are, as ``input_ids``."""
-    lengths = np.asarray(source.sequence_lengths)[rows].astype(np.int64)
+    lengths = np.asarray(lengths_view(source)[rows], np.int64)
     tokens = cast_tokens(pooled_tokens(source, rows, np.zeros(len(rows), np.int64), lengths), dtype)
     if fixed_length is not None:
         return pa.table({"input_ids": fixed_size_lists(tokens, fixed_length)})

@@ -4,9 +4,11 @@ delete-cache`` is for the Hub's cache).
 
 Entries, by their file names (each written by its own module, keyed as it says):
 
-    opened-KEY-meta.json + opened-KEY-arrays.npy    an opened pair's record (sources/indexed.py):
+    opened-KEY-meta.json                            an opened pair's record (sources/indexed.py):
                                                     in use while the .idx it names has the
-                                                    identity KEY is made from
+                                                    identity KEY is made from (records of
+                                                    earlier versions have an
+                                                    opened-KEY-arrays.npy too)
     KEY-meta.json + KEY-indices.npy                 sampling indices (sampling.py): in use while
                                                     every file its lengths were read from still
                                                     has the identity recorded

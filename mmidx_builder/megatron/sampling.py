@@ -42,6 +42,7 @@ from ..storage.files import temporary_path
 from ..checks import check_int, check_seed
 from ..errors import FormatError, OutOfSpaceError, ParameterError
 from ..progress import Steps
+from ..sources.token_source import index_files, lengths_digest, lengths_identity, lengths_view, sequence_count
 
 __all__ = [
     "SamplingIndices",
@@ -352,15 +353,19 @@ def build_indices(sequence_lengths: np.ndarray, *, seq_length: int, seed: int, n
 
 # --- the cache -------------------------------------------------------------------------------
 
-def _cache_key(sizes: np.ndarray, identity: str, params: dict) -> str:
-    digest = hashlib.sha256()
-    description = {"cache_format": _CACHE_FORMAT, "identity": str(identity), "num_sequences": len(sizes), **params}
-    digest.update(json.dumps(description, sort_keys=True).encode())
-    # The lengths themselves too: an identity made of sizes and mtimes can miss a rewrite. Lengths
-    # mapped from an index cache come with the digest recorded when they were written (an opened
-    # pair's, format.OpeningRecord): the key then costs nothing per sequence.
+def _lengths_digest(sizes: np.ndarray) -> str:
+    # Lengths mapped from an index cache come with the digest recorded when they were written:
+    # the key then costs nothing per sequence.
     whole = isinstance(sizes, np.memmap) and sizes.flags.c_contiguous
-    digest.update(((whole and array_cache.recorded_digest(sizes)) or array_cache.array_digest(sizes)).encode())
+    return (whole and array_cache.recorded_digest(sizes)) or array_cache.array_digest(sizes)
+
+
+def _cache_key(num_sequences: int, lengths_digest: str, identity: str, params: dict) -> str:
+    digest = hashlib.sha256()
+    description = {"cache_format": _CACHE_FORMAT, "identity": str(identity), "num_sequences": num_sequences, **params}
+    digest.update(json.dumps(description, sort_keys=True).encode())
+    # The lengths themselves too (their digest): an identity made of sizes and mtimes can miss a rewrite.
+    digest.update(lengths_digest.encode())
     return digest.hexdigest()[:32]
 
 
@@ -445,6 +450,7 @@ def _built(sizes, label: str, build_kwargs: dict) -> SamplingIndices:
 
 def load_or_build_indices(sequence_lengths, *, cache_dir: str | os.PathLike | None, identity: str,
                           label: str = "sampling indices", files: list[str] | None = None,
+                          num_sequences: int | None = None, lengths_digest: str | None = None,
                           **build_kwargs) -> SamplingIndices:
     """:func:`build_indices`, cached in ``cache_dir`` (None: no cache). A build that takes more
     than a couple of seconds shows a progress bar named ``label`` (progress.Steps).
@@ -458,10 +464,21 @@ def load_or_build_indices(sequence_lengths, *, cache_dir: str | os.PathLike | No
     returns read-only memory maps. A cache that cannot be written is skipped with a warning.
     ``files`` (file identities, token_source.index_files) are recorded beside it, not keyed:
     ``mmidx cache`` prunes the caches whose files have all changed or gone.
+
+    ``sequence_lengths`` may be a function that makes the lengths, called only to build, given
+    with ``num_sequences`` and ``lengths_digest`` (the lengths' array_cache.array_digest, or a
+    digest that stands for them: token_source.lengths_digest): a hit then reads no length.
     """
+    if callable(sequence_lengths):
+        if num_sequences is None or lengths_digest is None:
+            raise TypeError("load_or_build_indices() needs num_sequences and lengths_digest with lengths made on demand")
+        make_lengths = sequence_lengths
+    else:
+        sizes = _as_lengths(sequence_lengths, check_values=False)  # build_indices checks them when it builds
+        num_sequences, lengths_digest = len(sizes), _lengths_digest(sizes)
+        make_lengths = lambda: sizes  # noqa: E731
     if cache_dir is None:
-        return _built(sequence_lengths, label, build_kwargs)
-    sizes = _as_lengths(sequence_lengths, check_values=False)  # build_indices checks them when it builds
+        return _built(make_lengths(), label, build_kwargs)
     unknown = set(build_kwargs) - {"seq_length", "seed", "num_epochs", "num_samples", "add_extra_token"}
     if unknown:
         raise TypeError(f"load_or_build_indices() got unexpected arguments {sorted(unknown)}")
@@ -469,16 +486,26 @@ def load_or_build_indices(sequence_lengths, *, cache_dir: str | os.PathLike | No
     # As plain ints (numpy ints do not serialise); wrong types and values are refused by build_indices.
     params = {name: value if value is None else check_int(name, value, -2**63, "") for name, value in params.items()}
     params["add_extra_token"] = bool(build_kwargs.get("add_extra_token", True))
-    paths = _cache_paths(os.fspath(cache_dir), _cache_key(sizes, identity, params))
-    cached = _load_cached(paths, len(sizes))
+    paths = _cache_paths(os.fspath(cache_dir), _cache_key(num_sequences, lengths_digest, identity, params))
+    cached = _load_cached(paths, num_sequences)
     if cached is not None:
         return cached
-    indices = _built(sizes, label, build_kwargs)
+    indices = _built(make_lengths(), label, build_kwargs)
     try:
         _save_cached(paths, indices, files)
     except OSError as error:
         warn_once(f"sampling indices not cached in {os.fspath(cache_dir)}: {error}", stacklevel=2)
     return indices
+
+
+def load_or_build_source_indices(source, *, cache_dir: str | os.PathLike | None, label: str = "sampling indices",
+                                 **build_kwargs) -> SamplingIndices:
+    """:func:`load_or_build_indices` of a token source's lengths, keyed by what they are read
+    from (a pair's ``.idx``, not its ``.bin``: token_source.lengths_identity) and their digest
+    (token_source.lengths_digest: a warm open of a pair copies none of its lengths)."""
+    return load_or_build_indices(lambda: source.sequence_lengths, cache_dir=cache_dir, identity=lengths_identity(source),
+                                 files=index_files(source), label=label, num_sequences=sequence_count(source),
+                                 lengths_digest=lengths_digest(source), **build_kwargs)
 
 
 # --- from indices to tokens --------------------------------------------------------------------
@@ -528,7 +555,8 @@ def sample_pieces(indices: SamplingIndices, sequence_lengths: np.ndarray, sample
     offsets[first_piece] = begin[:, 1]
     # Only the lengths of the sequences touched: converting the whole table would cost
     # O(sequences) per call.
-    piece_ends = np.asarray(sequence_lengths)[sequence_ids].astype(np.int64)
+    # ``sequence_lengths`` may be a view that reads entries as asked (token_source.lengths_view).
+    piece_ends = np.asarray(sequence_lengths[sequence_ids], np.int64)
     piece_ends[last_piece] = end[:, 1] + extra
     lengths = piece_ends - offsets
     keep = lengths > 0
@@ -558,7 +586,7 @@ def assemble_samples(source, indices: SamplingIndices, sample_ids) -> np.ndarray
     ``source`` offers ``sequence_lengths``, ``dtype`` and ``read_pieces(sequence_ids,
     offsets, lengths, out=None)`` (an IndexedFile, a source.Concatenated or a raw source).
     """
-    sequence_ids, offsets, lengths, _ = sample_pieces(indices, source.sequence_lengths, sample_ids)
+    sequence_ids, offsets, lengths, _ = sample_pieces(indices, lengths_view(source), sample_ids)
     out = np.empty(int(lengths.sum()), source.dtype)
     source.read_pieces(sequence_ids, offsets, lengths, out=out)
     return out.reshape(-1, indices.sample_length)
@@ -597,6 +625,6 @@ def iter_reference_samples(source, indices: SamplingIndices) -> Iterator[np.ndar
         for position in range(first, last + 1):
             sequence = int(indices.document_index[position])
             start = first_offset if position == first else 0
-            stop = last_offset + extra if position == last else int(source.sequence_lengths[sequence])
+            stop = last_offset + extra if position == last else int(lengths_view(source)[[sequence]][0])
             parts.append(source.read_pieces([sequence], [start], [stop - start]))
         yield np.concatenate(parts)

@@ -23,7 +23,7 @@ from ..warnings_once import warn_once
 from ..dtypes import cast_tokens, common_token_dtype
 from ..errors import ParameterError
 from ..parallel import in_threads
-from ..sources.token_source import SequenceRange, TokenSource, index_files, lengths_identity
+from ..sources.token_source import SequenceRange, TokenSource, lengths_view, sequence_count
 from ..storage.remote import concurrently
 from .plan import SplitPlan, normalize, per_dataset_size, sequence_range
 from .blending_indices import BlendingIndices, load_or_build_blending_indices
@@ -48,7 +48,7 @@ class BuiltSplit:
 
 
 def _part_source(plan: SplitPlan, part, source: TokenSource, prefix_label: str) -> SequenceRange:
-    num_sequences = len(source.sequence_lengths)
+    num_sequences = sequence_count(source)
     begin, end = sequence_range(part.bookend, num_sequences)
     ranged = SequenceRange(source, begin, end)
     if end <= begin or ranged.num_tokens == 0:
@@ -77,11 +77,9 @@ def build_split(plan: SplitPlan, sources: dict[str, TokenSource], *, seq_length:
 
     def part_indices(part, ranged) -> sampling.SamplingIndices:
         try:
-            indices = sampling.load_or_build_indices(
-                ranged.sequence_lengths, cache_dir=cache_dir, identity=lengths_identity(ranged), files=index_files(ranged),
-                seq_length=seq_length,
-                seed=seed, num_samples=part.num_samples, add_extra_token=add_extra_token,
-                label=f"{part.prefix} ({plan.name})")
+            indices = sampling.load_or_build_source_indices(
+                ranged, cache_dir=cache_dir, seq_length=seq_length, seed=seed, num_samples=part.num_samples,
+                add_extra_token=add_extra_token, label=f"{part.prefix} ({plan.name})")
         except ParameterError as error:
             raise ParameterError(f"split {plan.name!r}, {part.prefix} sequences [{ranged.begin}, {ranged.end}): "
                                  f"{error}") from None
@@ -151,7 +149,7 @@ def split_samples(built: BuiltSplit, positions, document_structure: bool = False
         tokens[rows] = part
         if document_structure:
             source, indices = built.sources[d], built.indices[d]
-            ids, pieces = sampling.document_structure(indices, source.sequence_lengths, samples[rows])
+            ids, pieces = sampling.document_structure(indices, lengths_view(source), samples[rows])
             position_ids[rows] = ids
             for row, piece in zip(rows.tolist(), pieces):
                 piece_lengths[row] = piece

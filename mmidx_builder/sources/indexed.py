@@ -48,7 +48,7 @@ from ..storage.mapped import MappedFile
 from ..storage.pairs import OpenedPair, check_partners, open_pair, open_pairs  # noqa: F401  (check_partners: callers find it here)
 from ..dtypes import DTYPE_TABLES, FAIRSEQ_DTYPES, MEGATRON_DTYPES, Flavour, dtype_code, smallest_dtype, writer_dtype  # noqa: F401
 from ..errors import FormatError, MissingPartnerError, ParameterError
-from .token_source import check_pieces, combined_identity, first_bad, lengths_fingerprint
+from .token_source import check_pieces, combined_identity, first_bad, fingerprint_of, fingerprint_stride
 
 MAGIC = b"MMIDIDX\x00\x00"
 # The provenance sidecar beside a pair (provenance.py): it describes one generation of the
@@ -147,6 +147,12 @@ _VALIDATE_CHUNK = 1 << 18
 # instead of the index's 8, for two fancy indexes a read (a start computed from the lengths at
 # each read costs ~10 us more per call: benchmarks/bench_format.py).
 _BLOCK_BITS = 8
+# An index of at most this many sequences keeps a copy of its lengths (and the starts made
+# from them) from its first read on: 8 MiB at most, and a read indexes arrays. A larger one
+# reads, at each read, the entries of the .idx its pieces need (two gathers of a few runs):
+# a copy of its lengths would be 4 bytes a sequence in every rank (0.8 GB at 200M), and a
+# copy kept in the index cache would make that cache larger than megatron-core's (issue 43).
+_COPY_BELOW = 1 << 20
 
 
 class IndexedFile:
@@ -164,11 +170,11 @@ class IndexedFile:
     so neither file is read through its map: every read is a copy the kernel makes and
     reports a lost page to (mapped.py), a FormatError. Opening validates the index in bounded
     chunks and keeps nothing per sequence, so an index of 2**28 sequences opens in a few MiB.
-    :attr:`sequence_lengths` is a copy (4 bytes a sequence, made when first asked: sampling
-    reads all of them), made with the starts of the sequences (4 bytes a sequence, see
-    ``_BLOCK_BITS``); reads take their starts from those, never from the mapped pointers.
-    Before the copy, a read fetches just the entries of its pieces. Pointers and document
-    indices are copies made when asked.
+    :attr:`sequence_lengths` is a copy (4 bytes a sequence: building sampling indices reads all
+    of them), kept for an index of up to ``_COPY_BELOW`` sequences, with the starts of the
+    sequences made from it (see ``_BLOCK_BITS``); a larger index makes it anew when asked and
+    keeps none. Reads (:attr:`lengths_view`) use the kept copy, or fetch just the entries of
+    their pieces. Pointers and document indices are copies made when asked.
     """
 
     def __init__(self, prefix: str, header: Header, index, bin_reader: BinReader, idx_path: str, bin_path: str,
@@ -188,17 +194,18 @@ class IndexedFile:
         self._documents_at = self._pointers_at + POINTER_DTYPE.itemsize * n
         documents = header.document_count if header.flavour is Flavour.MEGATRON else 0
         self._modes_at = self._documents_at + DOCUMENT_INDEX_DTYPE.itemsize * documents
-        self._lengths = None  # the copy, made by sequence_lengths
+        self._lengths = None  # the kept copy (_COPY_BELOW), made by sequence_lengths
         self._block_starts = self._offsets = None  # where sequences start (_BLOCK_BITS), made after it
         # What opening_record found or recorded: the lengths' fingerprint (provenance).
         self.lengths_fingerprint = None
+        # array_cache.array_digest of the lengths, made as the validation reads them or taken
+        # from the record: what sampling indices are keyed by, with no pass over the lengths.
+        self.lengths_digest = None
         record = opening_record(self, cache_dir) if cache_dir is not None else None
         if record is not None and record.load():
             self._num_tokens = record.num_tokens
         else:
-            # A record about to be written maps the lengths: kept as the validation reads
-            # them, not read from the .idx a second time.
-            self._num_tokens = self._validate(keep_lengths=record is not None and record.will_save())
+            self._num_tokens = self._validate(keep_lengths=n <= _COPY_BELOW)
             if record is not None:
                 record.save()
         self.identities = (index.identity, getattr(bin_reader, "identity", None) or file_identity(bin_path))
@@ -266,15 +273,18 @@ class IndexedFile:
         return self._index.read(offset + dtype.itemsize * begin, end - begin, dtype)
 
     def _validate(self, keep_lengths: bool = False) -> int:
-        """Checks the whole index, a chunk of sequences at a time; returns the token count.
-        ``keep_lengths``: the lengths read are kept as :attr:`sequence_lengths`'s copy."""
+        """Checks the whole index, a chunk of sequences at a time; returns the token count and
+        sets :attr:`lengths_digest`. ``keep_lengths``: the lengths read are kept as
+        :attr:`sequence_lengths`'s copy."""
         h, itemsize = self.header, self.dtype.itemsize
         tokens = 0  # before the chunk
         previous = None  # the last pointer of the chunk before, for the message
         kept = np.empty(h.num_sequences, LENGTH_DTYPE) if keep_lengths else None
+        digest = array_cache.digest_of_parts(LENGTH_DTYPE, (h.num_sequences,))
         for begin in range(0, h.num_sequences, _VALIDATE_CHUNK):
             end = min(begin + _VALIDATE_CHUNK, h.num_sequences)
             chunk = self._table(self._lengths_at, LENGTH_DTYPE, begin, end)
+            digest.update(chunk.data)
             if kept is not None:
                 kept[begin:end] = chunk
             if chunk.min() < 0:
@@ -308,6 +318,7 @@ class IndexedFile:
         if kept is not None:
             kept.flags.writeable = False
             self._lengths = kept
+        self.lengths_digest = digest.hexdigest()
         return tokens
 
     def _validate_documents(self, count: int) -> None:
@@ -336,7 +347,9 @@ class IndexedFile:
     # --- the index's arrays: copies, never views of the mapped file ---------------------
     @property
     def sequence_lengths(self) -> np.ndarray:
-        """Tokens per sequence (int32, read-only): a copy of the index's, made once."""
+        """Tokens per sequence (int32, read-only): a copy of the index's, kept for an index of
+        up to ``_COPY_BELOW`` sequences, made anew at each call for a larger one (reads take
+        :attr:`lengths_view`, which needs no copy)."""
         if self._lengths is None:
             lengths = self._table(self._lengths_at, LENGTH_DTYPE, 0, self.num_sequences)
             # The file may have been rewritten in place since it was validated: the lengths
@@ -346,8 +359,19 @@ class IndexedFile:
                                   f"{self._num_tokens} tokens validated on open", "other lengths",
                                   offset=self._lengths_at, hint="the index was rewritten while in use; reopen it")
             lengths.flags.writeable = False
+            if self.num_sequences > _COPY_BELOW:
+                return lengths
             self._lengths = lengths
         return self._lengths
+
+    @property
+    def lengths_view(self):
+        """The lengths as reads index them (``len()`` and ``[ids]``): the kept copy, made here
+        for an index of up to ``_COPY_BELOW`` sequences, else the ``.idx``'s entries read as
+        asked (no copy of 4 bytes a sequence)."""
+        if self._lengths is None and self.num_sequences <= _COPY_BELOW:
+            self.sequence_lengths  # noqa: B018 - made and kept
+        return self._lengths if self._lengths is not None else _LengthEntries(self)
 
     @property
     def sequence_pointers(self) -> np.ndarray:
@@ -394,6 +418,10 @@ class IndexedFile:
         starts = self._block_starts[ids >> _BLOCK_BITS]
         starts += self._offsets[ids]
         return starts
+
+    def tokens_between(self, begin: int, end: int) -> int:
+        """Tokens in sequences ``begin:end`` (0 <= begin <= end <= N), from where they start."""
+        return self._start_of(end) - self._start_of(begin)
 
     def _start_of(self, sequence: int) -> int:
         """Token position where sequence ``sequence`` starts (the token count for N)."""
@@ -461,6 +489,13 @@ class IndexedFile:
                               hint="the index was rewritten while in use; reopen it")
         return self._bin.read(begin, end - begin)
 
+    def strided_fingerprint(self) -> dict:
+        """token_source.lengths_fingerprint of the lengths, from the strided entries it hashes
+        (up to HASHED_LENGTHS of them), not a copy of them all."""
+        step = fingerprint_stride(self.num_sequences)
+        strided = self._lengths_of(np.arange(0, self.num_sequences, step, dtype=np.int64))
+        return fingerprint_of(self.num_sequences, self._num_tokens, step, strided)
+
     def _lengths_of(self, ids) -> np.ndarray:
         if self._lengths is not None:
             return self._lengths[ids]
@@ -472,9 +507,8 @@ class IndexedFile:
 
         One vectorised bounds check, then one gather; never reads outside a sequence.
         """
-        known = self._lengths if self._lengths is not None else _LengthEntries(self)
         sequence_ids, offsets, lengths, out = check_pieces(
-            known, sequence_ids, offsets, lengths, out, self.dtype, lambda k: f"sequence {k} of {self.idx_path}")
+            self.lengths_view, sequence_ids, offsets, lengths, out, self.dtype, lambda k: f"sequence {k} of {self.idx_path}")
         starts = self._starts_of(sequence_ids)
         if self._lengths is None:  # lengths read from the file now: the pieces must still fit the .bin
             bad = starts > self._num_tokens - offsets - lengths
@@ -546,8 +580,8 @@ def _reopen(prefix, idx_path, bin_path, opener, identities, cache_dir=None) -> I
 
 # Bump when what an opening record holds changes. 2: its arrays packed in one file.
 # 3: keyed by the .idx's identity alone (the .bin's size is checked at each load).
-_RECORD_FORMAT = 3
-_RECORD_ARRAYS = ("lengths", "block_starts", "offsets")
+# 4: no arrays (the lengths and starts are the .idx's own), the lengths' digest instead.
+_RECORD_FORMAT = 4
 
 
 RECORD_PREFIX = "opened-"
@@ -572,12 +606,13 @@ class OpeningRecord:
     the ``.idx``) runs once for a given identity of the ``.idx``: device, inode, size, mtime and
     ctime in ns (the path is not in it: another spelling of the same file finds the record; the
     ``.bin`` is not in it either: nothing recorded is read from it, and its size is checked
-    against the recorded token count at every load). Its outcome is written into the index cache beside the sampling indices (array_cache: the
-    meta file holds the header's numbers, the token count and the lengths' fingerprint; the
-    arrays are the sequence lengths and where each sequence starts). A later opening of files
-    with that identity checks the header against the record and the ``.bin``'s size against
-    the token count, reads nothing else of the ``.idx``, and uses the arrays as read-only
-    memory maps: the page cache holds one copy for every rank and worker.
+    against the recorded token count at every load). Its outcome is written into the index
+    cache beside the sampling indices: one small meta file (array_cache, with no arrays) of the
+    header's numbers, the token count, the lengths' fingerprint and digest. No array is kept:
+    the lengths and starts are the ``.idx``'s own, read entry by entry as reads need them, so
+    the cache holds what megatron-core's holds and no more. A later opening of files with that
+    identity checks the header against the record and the ``.bin``'s size against the token
+    count, and reads nothing else of the ``.idx``.
 
     What is trusted, and why: an in-place rewrite of the ``.idx`` moves its ctime (no user tool
     can set it back), so it has another identity and is validated again; a record is written only
@@ -597,8 +632,6 @@ class OpeningRecord:
         # against the token count), so a write to the .bin that keeps its size validates
         # nothing again, and one that does not is refused (load).
         key = record_key(idx_stat)
-        # The three arrays in one file (array_cache packs them): one map and one stat an open.
-        self.paths = {name: os.path.join(cache_dir, f"{RECORD_PREFIX}{key}-arrays.npy") for name in _RECORD_ARRAYS}
         self.meta_path = os.path.join(cache_dir, f"{RECORD_PREFIX}{key}-meta.json")
         self.num_tokens = None
 
@@ -612,14 +645,13 @@ class OpeningRecord:
         """Takes the record when there is one for these files (True), else leaves all as it is."""
         if not os.path.isfile(self.meta_path):
             return False
-        loaded = array_cache.load_arrays(self.meta_path, self.paths)
+        loaded = array_cache.load_arrays(self.meta_path, {})
         if loaded is None:
             return False
-        fields, arrays = loaded
-        n = self.indexed.num_sequences
+        fields, _ = loaded
         if ({k: fields.get(k) for k in self._expected_fields()} != self._expected_fields()
-                or not isinstance(fields.get("num_tokens"), int) or arrays["lengths"].shape != (n,)
-                or arrays["offsets"].shape != (n,) or not isinstance(fields.get("fingerprint"), dict)):
+                or not isinstance(fields.get("num_tokens"), int) or not isinstance(fields.get("fingerprint"), dict)
+                or not isinstance(fields.get("lengths_digest"), str)):
             return False
         num_tokens = fields["num_tokens"]
         indexed = self.indexed
@@ -628,8 +660,8 @@ class OpeningRecord:
                               f"{num_tokens * indexed.dtype.itemsize} bytes ({num_tokens} tokens of "
                               f"{indexed.dtype.name} as {indexed.idx_path} says)", f"{indexed.bin_size} bytes")
         self.num_tokens = num_tokens
-        indexed._lengths, indexed._block_starts, indexed._offsets = (arrays[k] for k in _RECORD_ARRAYS)
         indexed.lengths_fingerprint = fields["fingerprint"]
+        indexed.lengths_digest = fields["lengths_digest"]
         return True
 
     def will_save(self) -> bool:
@@ -637,25 +669,21 @@ class OpeningRecord:
         return array_cache.settled(self._idx_stat)
 
     def save(self) -> None:
-        """Records a validation that just passed, and maps the arrays it wrote (best effort: a
-        cache that cannot be written leaves this opening as it was, with a warning)."""
+        """Records a validation that just passed (best effort: a cache that cannot be written
+        leaves this opening as it was, with a warning)."""
         if not self.will_save():
             return  # changed within the last seconds: validate again next time
         indexed = self.indexed
-        lengths = indexed.sequence_lengths
-        block_starts, offsets = _block_starts(lengths)
         # idx_path: which file the record is of, for `mmidx cache` (megatron/cache_folder.py)
         # to tell whether any file still has the identity it is keyed by.
         fields = {**self._expected_fields(), "num_tokens": indexed.num_tokens,
-                  "fingerprint": lengths_fingerprint(lengths), "idx_path": os.path.abspath(indexed.idx_path)}
+                  "fingerprint": indexed.strided_fingerprint(), "lengths_digest": indexed.lengths_digest,
+                  "idx_path": os.path.abspath(indexed.idx_path)}
         try:
-            mapped = array_cache.save_arrays(self.meta_path, self.paths, {"lengths": lengths, "block_starts":
-                                             block_starts, "offsets": offsets}, fields)
+            array_cache.save_arrays(self.meta_path, {}, {}, fields)
         except OSError as error:
             warn_once(f"index of {indexed.idx_path} not recorded in {self.cache_dir}: {error}", stacklevel=4)
             return
-        # The files just written from these very arrays: mapped without reading them back.
-        indexed._lengths, indexed._block_starts, indexed._offsets = (mapped[name] for name in _RECORD_ARRAYS)
         indexed.lengths_fingerprint = fields["fingerprint"]
 
 

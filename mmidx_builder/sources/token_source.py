@@ -18,6 +18,7 @@ from typing import Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
+from ..storage import array_cache
 from ..storage.files import file_identity, replaced_error
 from ..errors import FormatError, ParameterError
 
@@ -52,10 +53,21 @@ def lengths_fingerprint(lengths: np.ndarray) -> dict:
     counts and a sha256 of up to HASHED_LENGTHS strided lengths (as int64). One pass over the
     lengths; format.IndexedFile records it with its index cache, so a warm open reads none."""
     lengths = np.asarray(lengths)
-    step = max(1, -(-len(lengths) // HASHED_LENGTHS))
-    digest = hashlib.sha256(f"{len(lengths)}:{step}:".encode())
-    digest.update(np.ascontiguousarray(lengths[::step], dtype=np.int64).data)
-    return {"num_sequences": int(len(lengths)), "num_tokens": int(lengths.sum(dtype=np.int64)),
+    step = fingerprint_stride(len(lengths))
+    return fingerprint_of(len(lengths), int(lengths.sum(dtype=np.int64)), step, lengths[::step])
+
+
+def fingerprint_stride(num_sequences: int) -> int:
+    """Every how many lengths :func:`lengths_fingerprint` hashes one."""
+    return max(1, -(-num_sequences // HASHED_LENGTHS))
+
+
+def fingerprint_of(num_sequences: int, num_tokens: int, step: int, strided) -> dict:
+    """:func:`lengths_fingerprint` from its parts: for a source that reads just the strided
+    lengths (``lengths[::step]``) and knows its token count."""
+    digest = hashlib.sha256(f"{num_sequences}:{step}:".encode())
+    digest.update(np.ascontiguousarray(strided, dtype=np.int64).data)
+    return {"num_sequences": int(num_sequences), "num_tokens": int(num_tokens),
             "lengths_sha256": digest.hexdigest()[:16]}
 
 
@@ -100,6 +112,12 @@ def combined_identity(kind: str, parts: Sequence[str]) -> str:
     return f"{kind}:{digest.hexdigest()[:32]}"
 
 
+# A concatenation of at most this many sequences keeps the copy of its lengths it makes (as
+# format.IndexedFile keeps its own up to the same count); a larger one makes it anew when
+# asked (reads take lengths_view, which needs none).
+_KEPT_LENGTHS = 1 << 20
+
+
 class Concatenated:
     """Several sources read as one: sequences numbered across them in the given order.
 
@@ -117,17 +135,31 @@ class Concatenated:
                                  "convert them with one tokenizer or put them in separate splits")
         self.parts = list(parts)
         self.dtype = parts[0].dtype
-        self._lengths = np.concatenate([p.sequence_lengths for p in parts]) if len(parts) > 1 else None
         # First global sequence id of each part, and the end.
-        self.first_sequence = np.cumsum([0] + [len(p.sequence_lengths) for p in parts])
+        self.first_sequence = np.cumsum([0] + [sequence_count(p) for p in parts])
+        self._lengths = None  # kept when small (_KEPT_LENGTHS), made by sequence_lengths
         self.identity = parts[0].identity if len(parts) == 1 else combined_identity(
             "concatenated", [p.identity for p in parts])
 
     @property
     def sequence_lengths(self) -> np.ndarray:
-        # One part: its own array, fetched anew on each use, as a mapped index must be
+        # The parts' own arrays, fetched anew on each use, as a mapped index must be
         # (format.IndexedFile checks for truncation on every fetch).
-        return self.parts[0].sequence_lengths if self._lengths is None else self._lengths
+        if len(self.parts) == 1:
+            return self.parts[0].sequence_lengths
+        if self._lengths is not None:
+            return self._lengths
+        lengths = np.concatenate([p.sequence_lengths for p in self.parts])
+        if len(lengths) <= _KEPT_LENGTHS:
+            self._lengths = lengths
+        return lengths
+
+    @property
+    def lengths_view(self):
+        """The lengths as reads index them (see :func:`lengths_view`), through the parts'."""
+        if len(self.parts) == 1:
+            return lengths_view(self.parts[0])
+        return _ConcatenatedLengths(self)
 
     @property
     def files(self) -> list:
@@ -158,7 +190,7 @@ class Concatenated:
         if len(self.parts) == 1:
             return self.parts[0].read_pieces(sequence_ids, offsets, lengths, out)
         sequence_ids, offsets, lengths, out = check_pieces(
-            self.sequence_lengths, sequence_ids, offsets, lengths, out, self.dtype,
+            self.lengths_view, sequence_ids, offsets, lengths, out, self.dtype,
             lambda k: f"sequence {k} of the concatenation of {[p.identity for p in self.parts]}")
         part_of = np.searchsorted(self.first_sequence, sequence_ids, side="right") - 1
         ends = np.cumsum(lengths)
@@ -178,7 +210,7 @@ class SequenceRange:
     """Sequences ``begin:end`` of another source, renumbered from 0 (a Megatron split range)."""
 
     def __init__(self, source: TokenSource, begin: int, end: int):
-        total = len(source.sequence_lengths)
+        total = sequence_count(source)
         if not 0 <= begin <= end <= total:
             raise ParameterError(f"sequence range [{begin}, {end}) does not lie in [0, {total}]")
         self.source, self.begin, self.end = source, int(begin), int(end)
@@ -194,6 +226,18 @@ class SequenceRange:
         return self.source.sequence_lengths[self.begin:self.end]  # fetched anew: see Concatenated
 
     @property
+    def lengths_view(self):
+        """The lengths as reads index them (see :func:`lengths_view`): the source's, shifted."""
+        view = lengths_view(self.source)
+        if isinstance(view, np.ndarray):
+            return view[self.begin:self.end]
+        return _ShiftedLengths(view, self.begin, self.end - self.begin)
+
+    @property
+    def num_sequences(self) -> int:
+        return self.end - self.begin
+
+    @property
     def lengths_fingerprint(self) -> dict | None:
         """The source's recorded :func:`lengths_fingerprint` when the range is all of it."""
         return getattr(self.source, "lengths_fingerprint", None) if self._whole else None
@@ -204,17 +248,82 @@ class SequenceRange:
         a pass over its lengths), else the range's lengths summed."""
         if self._whole and hasattr(self.source, "num_tokens"):
             return int(self.source.num_tokens)
+        if hasattr(self.source, "tokens_between"):  # a pair: two pointers, not a pass over the lengths
+            return int(self.source.tokens_between(self.begin, self.end))
         return int(np.asarray(self.sequence_lengths).sum(dtype=np.int64))
 
     @property
     def _whole(self) -> bool:
-        return self.begin == 0 and self.end == len(self.source.sequence_lengths)
+        return self.begin == 0 and self.end == sequence_count(self.source)
 
     def read_pieces(self, sequence_ids, offsets, lengths, out: np.ndarray | None = None) -> np.ndarray:
         sequence_ids, offsets, lengths, out = check_pieces(
-            self.sequence_lengths, sequence_ids, offsets, lengths, out, self.dtype,
+            self.lengths_view, sequence_ids, offsets, lengths, out, self.dtype,
             lambda k: f"sequence {k} of {self.identity}")
         return self.source.read_pieces(sequence_ids + self.begin, offsets, lengths, out)
+
+
+def sequence_count(source) -> int:
+    """How many sequences a source has, without a copy of its lengths where it knows."""
+    count = getattr(source, "num_sequences", None)
+    return int(count) if count is not None else len(source.sequence_lengths)
+
+
+def lengths_view(source):
+    """What reads index a source's lengths with (``len()`` and ``[ids]``, nothing else of
+    numpy's): its ``lengths_view`` when it has one (a large pair reads the ``.idx``'s entries
+    as asked, IndexedFile.lengths_view), else its ``sequence_lengths``."""
+    view = getattr(source, "lengths_view", None)
+    return source.sequence_lengths if view is None else view
+
+
+class _ShiftedLengths:
+    """Lengths ``begin:begin + count`` of a lengths view, renumbered from 0."""
+
+    def __init__(self, view, begin: int, count: int):
+        self._view, self._begin, self._count = view, begin, count
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __getitem__(self, ids):
+        return self._view[np.asarray(ids, np.int64) + self._begin]
+
+
+class _ConcatenatedLengths:
+    """The lengths of a :class:`Concatenated` read through its parts' views."""
+
+    def __init__(self, source: "Concatenated"):
+        self._source = source
+
+    def __len__(self) -> int:
+        return self._source.num_sequences
+
+    def __getitem__(self, ids):
+        ids = np.asarray(ids, np.int64)
+        first = self._source.first_sequence
+        part_of = np.searchsorted(first, ids, side="right") - 1
+        out = np.empty(ids.shape, np.int64)
+        for p in np.unique(part_of).tolist():
+            mine = part_of == p
+            out[mine] = lengths_view(self._source.parts[p])[ids[mine] - first[p]]
+        return out
+
+
+def lengths_digest(source) -> str:
+    """array_cache.array_digest of a source's lengths, or a digest that stands for them as
+    well: what sampling indices are keyed by. A pair's comes from its validation or its record
+    (no pass over the lengths at a warm open); a range's and a concatenation's are made from
+    their source's (the range's bounds are in the key's identity too)."""
+    if isinstance(source, Concatenated):
+        if len(source.parts) == 1:
+            return lengths_digest(source.parts[0])
+        return combined_identity("concatenated-lengths", [lengths_digest(p) for p in source.parts])
+    if isinstance(source, SequenceRange):
+        whole = lengths_digest(source.source)
+        return whole if source._whole else combined_identity("range-lengths", [whole, f"{source.begin}:{source.end}"])
+    known = getattr(source, "lengths_digest", None)
+    return known if known is not None else array_cache.array_digest(np.asarray(source.sequence_lengths))
 
 
 def lengths_identity(source) -> str:
@@ -304,4 +413,5 @@ def check_still_named(source) -> None:
 
 
 __all__ = ["Concatenated", "SequenceRange", "TokenSource", "check_opened", "check_pieces", "check_still_named",
-           "combined_identity", "file_identities", "first_bad", "index_files", "lengths_fingerprint", "lengths_identity"]
+           "combined_identity", "file_identities", "fingerprint_of", "fingerprint_stride", "first_bad", "index_files",
+           "lengths_digest", "lengths_fingerprint", "lengths_identity", "lengths_view", "sequence_count"]

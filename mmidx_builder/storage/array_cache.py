@@ -66,11 +66,18 @@ _DIGESTS: dict[tuple[str, str], str] = {}
 
 def array_digest(array: np.ndarray) -> str:
     """xxh3-128 of an array's dtype, shape and bytes (what the meta file records)."""
-    digest = xxhash.xxh3_128(f"{array.dtype.str}:{list(array.shape)}:".encode())
+    digest = digest_of_parts(array.dtype, array.shape)
     flat = np.ascontiguousarray(array).view(np.uint8).reshape(-1)
     for begin in range(0, len(flat), 1 << 26):  # 64 MiB at a time: a memory map is paged in and out
         digest.update(flat[begin:begin + (1 << 26)].data)
     return digest.hexdigest()
+
+
+def digest_of_parts(dtype, shape) -> "xxhash.xxh3_128":
+    """The running digest of an array of ``dtype`` and ``shape`` whose bytes are then given
+    in order (``update``): its ``hexdigest()`` is :func:`array_digest` of the whole array, for
+    an array read a chunk at a time and never held whole."""
+    return xxhash.xxh3_128(f"{np.dtype(dtype).str}:{list(shape)}:".encode())
 
 
 def _meta_digest(meta: dict) -> str:
@@ -439,4 +446,4 @@ def _damaged(path: str, problem: str) -> None:
     return None
 
 
-__all__ = ["array_digest", "load_arrays", "recorded_digest", "save_arrays", "settled"]
+__all__ = ["array_digest", "digest_of_parts", "load_arrays", "recorded_digest", "save_arrays", "settled"]
