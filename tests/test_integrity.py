@@ -15,6 +15,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
+from mmidx_builder.errors import ParameterError
 from mmidx_builder.sources.indexed import MEGATRON_HEADER_SIZE, IndexedFile, write_documents
 
 # --- truncation of mapped files while streaming: an error or the right rows, never SIGBUS ---
@@ -195,6 +196,37 @@ def test_opening_an_index_of_4m_sequences_costs_no_memory_per_sequence(tmp_path,
     # The file is 12-20 bytes a sequence (50-84 MiB); before, opening allocated 16-32 bytes a
     # sequence beyond it (64-128 MiB). Now only the validation's bounded chunks.
     assert peak < 12 * 2**20, f"opening allocated {peak / 2**20:.1f} MiB for {count} sequences"
+
+
+@pytest.mark.parametrize("flavour", ["megatron", "fairseq"])
+def test_reading_an_index_of_over_a_million_sequences_keeps_nothing_per_sequence(tmp_path, flavour):
+    """Past 2**20 sequences a read fetches its pieces' pointers from the .idx (the last
+    sequence's end is the .bin's, not a pointer: a fairseq .idx ends there); the tokens are
+    those the spec's layout puts there, and the reads keep no copy of the lengths."""
+    rng = np.random.default_rng(4)
+    count = (1 << 20) + 3
+    lengths = rng.integers(0, 6, count).astype(np.int32)
+    _spec_idx(tmp_path / "big.idx", lengths, flavour)
+    tokens = (np.arange(int(lengths.sum())) % 65_521).astype("<u2")
+    tokens.tofile(tmp_path / "big.bin")
+    starts = np.concatenate(([0], np.cumsum(lengths, dtype=np.int64)))
+    indexed = IndexedFile.open(tmp_path / "big")
+    ids = np.concatenate((rng.integers(0, count, 3000), [count - 1, 0, count - 2]))
+    tracemalloc.start()
+    try:
+        for _ in range(3):
+            got = indexed.read_pieces(ids, np.zeros(len(ids), np.int64), lengths[ids])
+        kept, _ = tracemalloc.get_traced_memory()  # (a read may stage a stretch of the .idx for a moment)
+    finally:
+        tracemalloc.stop()
+    expected = np.concatenate([tokens[starts[i]:starts[i + 1]] for i in ids.tolist()])
+    np.testing.assert_array_equal(got, expected)
+    assert indexed.sequence(count - 1).tolist() == tokens[starts[-2]:].tolist()
+    # A copy of the lengths would be 4 MiB here; what the reads keep is their answer and the
+    # last read's pointers (~0.1 MiB).
+    assert kept < 2**18, f"reads kept {kept / 2**20:.2f} MiB"
+    with pytest.raises(ParameterError, match="asks for tokens"):
+        indexed.read_pieces([count - 1], [0], [int(lengths[-1]) + 1])
 
 
 # --- two writers of one prefix: the second is refused, the pair is never mixed ---------

@@ -4,6 +4,7 @@ training-side functions (shipped in the megatron-core wheel, run from their sour
 from __future__ import annotations
 
 import ast
+import os
 import inspect
 import json
 import types
@@ -308,3 +309,46 @@ def test_collator_flags_is_refused_not_overwritten(folder, tmp_path):
     with pytest.raises(ParameterError, match="MegatronCollator"):
         load_dataset("mmidx", data_path=[prefix], split_ratios="1", seq_length=8,
                      collator_flags={"reset_position_ids": True}, cache_dir=str(tmp_path))
+
+
+def _write_pair(prefix, lengths, rng) -> None:
+    """A Megatron .bin/.idx of these sequence lengths (one document each), random uint16 tokens,
+    written from the format's layout in a few numpy calls (a million write_documents calls
+    would take minutes); megatron-core reading it is the check that it is the format."""
+    import struct
+
+    lengths = np.asarray(lengths, "<i4")
+    pointers = np.zeros(len(lengths), "<i8")
+    np.cumsum(lengths[:-1].astype(np.int64) * 2, out=pointers[1:])
+    with open(f"{prefix}.idx", "wb") as f:
+        f.write(struct.pack("<9sQBQQ", b"MMIDIDX\x00\x00", 1, 8, len(lengths), len(lengths) + 1))
+        f.write(lengths.tobytes() + pointers.tobytes() + np.arange(len(lengths) + 1, dtype="<i8").tobytes())
+    rng.integers(1, 60_000, int(lengths.sum()), dtype=np.uint16).tofile(f"{prefix}.bin")
+
+
+def test_a_large_prefix_read_from_its_idx_entries_equals_megatron_core(tmp_path):
+    """A prefix of over 2**20 sequences keeps no copy of its lengths: each read fetches its
+    pieces' pointers from the .idx, and a warm open takes the lengths' digest from the record
+    (issue 43). Its three splits (a range of the prefix each, blended with a small prefix),
+    read from the second open, against megatron-core."""
+    import time
+
+    rng = np.random.default_rng(11)
+    large, small = str(tmp_path / "large_text_document"), str(tmp_path / "small_text_document")
+    _write_pair(large, rng.integers(0, 12, (1 << 20) + 5000), rng)
+    _write_pair(small, rng.integers(0, 40, 3000), rng)
+    time.sleep(2.2)  # settled: the first open records the validation, the second reads the record
+    prefixes, weights = [large, small], [0.7, 0.3]
+    sizes = {"train": 2000, "validation": 300, "test": 100}
+    call = dict(data_path=[t for w, p in zip(weights, prefixes) for t in (str(w), p)], split_ratios="969,30,1",
+                num_samples=sizes, seq_length=16, seed=9, index_cache_dir=str(tmp_path / "indices"),
+                cache_dir=str(tmp_path / "hf"), streaming=True)
+    next(iter(load_dataset("mmidx", split="train", **call)))
+    records = [n for n in os.listdir(tmp_path / "indices") if n.startswith("opened-")]
+    assert len(records) == 2 and all(n.endswith("-meta.json") for n in records), records
+    theirs = megatron_splits((prefixes, weights), "969,30,1", [sizes[s] for s in SPLITS], 16, 9, tmp_path / "megatron")
+    for index, name in enumerate(SPLITS):
+        ours = [row["input_ids"] for row in load_dataset("mmidx", split=name, **call)]
+        expected, _ = their_rows(theirs[index], len(theirs[index]))
+        assert len(ours) == len(expected), name
+        np.testing.assert_array_equal(np.array(ours), expected, err_msg=name)

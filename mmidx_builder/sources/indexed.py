@@ -44,7 +44,7 @@ from ..storage.bin_readers import BinReader, MemmapBinReader
 from ..storage.files import (TEMPORARY_MARK, WriterLock,  # noqa: F401  (TEMPORARY_MARK: tests read it here)
                             file_identity, remove_quietly, temporary_path, temporary_stem)
 from ..storage.files import remove_stale_temporaries as remove_stale_files
-from ..storage.mapped import MappedFile
+from ..storage.mapped import MappedFile, gather
 from ..storage.pairs import OpenedPair, check_partners, open_pair, open_pairs  # noqa: F401  (check_partners: callers find it here)
 from ..dtypes import DTYPE_TABLES, FAIRSEQ_DTYPES, MEGATRON_DTYPES, Flavour, dtype_code, smallest_dtype, writer_dtype  # noqa: F401
 from ..errors import FormatError, MissingPartnerError, ParameterError
@@ -196,6 +196,7 @@ class IndexedFile:
         self._modes_at = self._documents_at + DOCUMENT_INDEX_DTYPE.itemsize * documents
         self._lengths = None  # the kept copy (_COPY_BELOW), made by sequence_lengths
         self._block_starts = self._offsets = None  # where sequences start (_BLOCK_BITS), made after it
+        self._spans_memo = None  # _spans_of's last answer
         # What opening_record found or recorded: the lengths' fingerprint (provenance).
         self.lengths_fingerprint = None
         # array_cache.array_digest of the lengths, made as the validation reads them or taken
@@ -401,9 +402,43 @@ class IndexedFile:
         np.cumsum(self.sequence_lengths, out=starts[1:])
         return starts
 
+    def _spans_of(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """(starts, lengths) in tokens of sequences ``ids`` (int64, each in [0, N)) from the
+        ``.idx``'s pointers: each sequence's pointer and the next (or the ``.bin``'s end), one
+        16-byte run a sequence, so a table's lengths (sample_pieces, then read_pieces' check)
+        and starts are one gather. The last call's answer is kept for a call with the same
+        ids. None for an index read whole in memory (a remote one: its entries cost nothing)."""
+        if not isinstance(self._index, MappedFile):
+            return None
+        memo = self._spans_memo
+        if memo is not None and memo[0].shape == ids.shape and np.array_equal(memo[0], ids):
+            return memo[1], memo[2]
+        n, itemsize = self.num_sequences, self.dtype.itemsize
+        count = len(ids)
+        pointers = np.empty((count, 2), POINTER_DTYPE)
+        pointers[:, 1] = self._num_tokens * itemsize  # the .bin's end, for the last sequence
+        runs = np.full(count, 16, np.int64)
+        runs[ids == n - 1] = 8  # no pointer after the last one (a fairseq .idx ends there)
+        gather([self._index], None, self._pointers_at + 8 * ids, runs, pointers, np.arange(count, dtype=np.int64) * 16)
+        begins, ends = pointers[:, 0], pointers[:, 1]
+        bad = (begins % itemsize != 0) | (ends % itemsize != 0) | (begins < 0) | (begins > ends) | (
+            ends > self._num_tokens * itemsize)
+        if bad.any():  # validated on open: the file was rewritten in place since
+            k = first_bad(bad)
+            raise FormatError(self.idx_path, f"sequence_pointers[{int(ids[k])}]", "the pointer validated on open",
+                              int(begins[k]), offset=self._pointers_at + 8 * int(ids[k]),
+                              hint="the index was rewritten while in use; reopen it")
+        starts = begins // itemsize
+        lengths = (ends - begins) // itemsize
+        self._spans_memo = (ids.copy(), starts, lengths)
+        return starts, lengths
+
     def _starts_of(self, ids: np.ndarray) -> np.ndarray:
         """Token positions where sequences ``ids`` (int64, each < N) start."""
-        if self._lengths is None:  # no copy yet: the pointers of just these sequences
+        if self._lengths is None:  # no copy: the pointers of just these sequences
+            spans = self._spans_of(ids)
+            if spans is not None:
+                return spans[0].copy()  # the caller adds to it
             pointers = self._index.entries(self._pointers_at, POINTER_DTYPE, ids)
             starts = pointers // self.dtype.itemsize
             bad = (pointers % self.dtype.itemsize != 0) | (starts < 0) | (starts > self._num_tokens)
@@ -499,6 +534,11 @@ class IndexedFile:
     def _lengths_of(self, ids) -> np.ndarray:
         if self._lengths is not None:
             return self._lengths[ids]
+        ids = np.asarray(ids, np.int64)
+        if ids.ndim == 1 and len(ids) and ids.min() >= 0 and ids.max() < self.num_sequences:
+            spans = self._spans_of(ids)
+            if spans is not None:
+                return spans[1].copy()  # the memo's own stays as read
         return self._index.entries(self._lengths_at, LENGTH_DTYPE, ids)
 
     def read_pieces(self, sequence_ids, offsets, lengths, out: np.ndarray | None = None) -> np.ndarray:
