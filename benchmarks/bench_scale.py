@@ -130,6 +130,80 @@ def _peak() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+def _proc_fields(path: str, names: tuple[str, ...]) -> dict[str, int]:
+    """Fields of a /proc file of "Name:  1234 kB" lines, in bytes."""
+    found = {}
+    with open(path) as f:
+        for line in f:
+            name, _, rest = line.partition(":")
+            if name in names:
+                found[name] = int(rest.split()[0]) * 1024
+    return found
+
+
+class MemorySampler:
+    """The peaks of this process's RssAnon and RssFile+RssShmem (/proc/self/status) and the
+    machine's lowest MemAvailable (/proc/meminfo) while it runs, sampled by a daemon thread
+    every ``interval`` seconds. ru_maxrss is the exact peak of all resident pages, file pages
+    of the memory maps included (the kernel may drop those under pressure); RssAnon is what
+    the process cannot give back, and what issue 43's 1B-document goal counts. A sample is a
+    lower bound: an allocation shorter than the interval may fall between two samples (numpy
+    releases the GIL in its large loops, shuffles and reads, so the thread gets its turns)."""
+
+    STATUS = ("RssAnon", "RssFile", "RssShmem")
+
+    def __init__(self, interval: float = 0.02):
+        import threading
+
+        self.interval = interval
+        self.found = {"anon_peak": 0, "file_peak": 0, "mem_available_min": None}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="memory-sampler", daemon=True)
+
+    def _sample(self) -> None:
+        status = _proc_fields("/proc/self/status", self.STATUS)
+        available = _proc_fields("/proc/meminfo", ("MemAvailable",)).get("MemAvailable")
+        found = self.found
+        found["anon_peak"] = max(found["anon_peak"], status.get("RssAnon", 0))
+        found["file_peak"] = max(found["file_peak"], status.get("RssFile", 0) + status.get("RssShmem", 0))
+        if available is not None:
+            low = found["mem_available_min"]
+            found["mem_available_min"] = available if low is None else min(low, available)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._sample()
+
+    def start(self) -> "MemorySampler":
+        self._sample()
+        self.found["anon_imports"] = self.found["anon_peak"]  # what the interpreter and imports hold
+        self._thread.start()
+        return self
+
+    def stop(self) -> dict:
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+        return self.found
+
+
+def folder_bytes(folder: str) -> dict:
+    """Bytes the files under ``folder`` hold: allocated (st_blocks * 512: what the disk gives
+    them, holes of sparse files excluded) and apparent (st_size); a hard-linked file once."""
+    allocated = apparent = files = 0
+    seen = set()
+    for root, _, names in os.walk(folder):
+        for name in names:
+            st = os.lstat(os.path.join(root, name))
+            if (st.st_dev, st.st_ino) in seen:
+                continue
+            seen.add((st.st_dev, st.st_ino))
+            allocated += st.st_blocks * 512
+            apparent += st.st_size
+            files += 1
+    return {"allocated": allocated, "apparent": apparent, "files": files}
+
+
 def _workers_pss(dataset, batch_size: int, workers: int) -> list[int]:
     import torch
 
@@ -203,6 +277,7 @@ def child_ours(spec: dict) -> dict:
     prefixes = spec["prefixes"]
     common = dict(seq_length=spec["seq_length"], seed=SEED, streaming=True, split="train",
                   cache_dir=spec["hf_cache"], index_cache_dir=spec["index_cache"])
+    sampler = MemorySampler().start()
     start = time.perf_counter()
     if len(prefixes) == 1:
         stream = load_dataset("mmidx", data_files={"train": [prefixes[0] + ".bin"]}, **common)
@@ -222,6 +297,7 @@ def child_ours(spec: dict) -> dict:
         iterator = iter(stream)
         row = next(iterator)
     result["seconds"] = time.perf_counter() - start
+    result.update(sampler.stop())  # before any worker is forked
     result["row_tokens"] = len(row["input_ids"])
     result.update(counts)
     result["fds"] = _fds()
@@ -255,6 +331,7 @@ def child_megatron(spec: dict) -> dict:
 
         resource.setrlimit(resource.RLIMIT_NOFILE, (resource.getrlimit(resource.RLIMIT_NOFILE)[1],) * 2)
     counts = _count_megatron()
+    sampler = MemorySampler().start()
     start = time.perf_counter()
     config = GPTDatasetConfig(random_seed=SEED, sequence_length=spec["seq_length"], tokenizer=Tokenizer(),
                               path_to_cache=spec["index_cache"], blend=(prefixes, spec.get("weights")),
@@ -265,8 +342,8 @@ def child_megatron(spec: dict) -> dict:
     dataset = BlendedMegatronDatasetBuilder(GPTDataset, sizes, lambda: True, config).build()[0]
     index = spec["consumed"] if spec["what"] == "resume" else 0
     row = dataset[index]
-    result = {"seconds": time.perf_counter() - start, "row_tokens": len(row["tokens"]), "fds": _fds(),
-              "peak": _peak(), "rows": len(dataset), **counts}
+    result = {"seconds": time.perf_counter() - start, **sampler.stop(), "row_tokens": len(row["tokens"]),
+              "fds": _fds(), "peak": _peak(), "rows": len(dataset), **counts}
     if spec["what"] == "workers":
         result["pss"] = _workers_pss(dataset, 4, spec["workers"])
         result["rank_pss"] = _pss_anon(os.getpid())
@@ -344,6 +421,8 @@ def _fmt(value, unit: str) -> str:
         return f"{value / 2**30:,.2f} GiB"
     if unit == "MiB":
         return f"{value / 2**20:,.1f} MiB"
+    if unit == "size":  # a folder's bytes: MiB below a GiB
+        return _fmt(value, "GiB" if value >= 2**30 else "MiB")
     return f"{value:,}"
 
 
@@ -360,6 +439,44 @@ def _ratio(ours, theirs) -> str:
     if not ours or not theirs or ours <= 0 or theirs <= 0:
         return "-"
     return f"{ours / theirs:.2f}x"
+
+
+def memory_rows(name: str, cold: dict) -> list[tuple]:
+    """The sampled peaks of a cold open (MemorySampler) and the machine's lowest MemAvailable."""
+    ours, theirs = cold.get("ours", {}), cold.get("megatron", {})
+
+    def anon(result):
+        if result.get("anon_peak") is None:
+            return "-"
+        return f"{_fmt(result['anon_peak'], 'GiB')} ({_fmt(result.get('anon_imports'), 'GiB')} after imports)"
+
+    return [
+        (name, "anonymous peak, cold open (RssAnon, sampled every 20 ms)", anon(ours), anon(theirs),
+         _ratio(ours.get("anon_peak"), theirs.get("anon_peak"))),
+        (name, "  file-backed peak, cold open (RssFile+RssShmem, sampled)", _fmt(ours.get("file_peak"), "GiB"),
+         _fmt(theirs.get("file_peak"), "GiB"), _ratio(ours.get("file_peak"), theirs.get("file_peak"))),
+        (name, "  machine's MemAvailable, lowest during the cold open", _fmt(ours.get("mem_available_min"), "GiB"),
+         _fmt(theirs.get("mem_available_min"), "GiB"), "-"),
+    ]
+
+
+def disk_rows(name: str, disk: dict) -> list[tuple]:
+    """The index cache folder after each side's cold build: ours its ``index_cache_dir``,
+    megatron-core's its ``path_to_cache``."""
+    ours, theirs = disk.get("ours", {}), disk.get("megatron", {})
+
+    def cell(found, field):
+        value = found.get(field)
+        if value is None:
+            return "-"
+        return _fmt(value, "size") + (f" ({found['files']:,} files)" if field == "allocated" else "")
+
+    return [
+        (name, "index cache on disk after the cold build (allocated: st_blocks)", cell(ours, "allocated"),
+         cell(theirs, "allocated"), _ratio(ours.get("allocated"), theirs.get("allocated"))),
+        (name, "  same, apparent size (st_size)", cell(ours, "apparent"), cell(theirs, "apparent"),
+         _ratio(ours.get("apparent"), theirs.get("apparent"))),
+    ]
 
 
 TINY_DOCUMENTS = 20_000
@@ -409,10 +526,9 @@ def measure(name: str, prefixes: list[str], args, megatron: bool, scratch: str,
         # The corpus just written and the other side's caches are dirty pages the kernel is
         # still writing back: flushed first, so that neither side's cold build pays for them.
         os.sync()
-        found[side] = {
-            "cold": run_child(side, {**spec, "what": "first"}),
-            "warm1": run_child(side, {**spec, "what": "first"}),
-        }
+        found[side] = {"cold": run_child(side, {**spec, "what": "first"})}
+        found[side]["disk"] = folder_bytes(indices)  # what the cold build left, before any warm open
+        found[side]["warm1"] = run_child(side, {**spec, "what": "first"})
         time.sleep(2.5)  # a cache younger than 2 s is checked in full (docs/reliability.md)
         found[side]["warm"] = best_of(WARM_RUNS, side, {**spec, "what": "first"})
         found[side]["resume"] = best_of(WARM_RUNS, side, {**spec, "what": "resume"})
@@ -438,6 +554,8 @@ def measure(name: str, prefixes: list[str], args, megatron: bool, scratch: str,
     row("warm open + first sample", "seconds", "warm", "s")
     row(f"resume at consumed {consumed:,} + first row", "seconds", "resume", "s")
     row("peak memory, cold open", "peak", "cold", "GiB")
+    rows += memory_rows(name, {side: found[side]["cold"] for side in sides})
+    rows += disk_rows(name, {side: found[side]["disk"] for side in sides})
     row("open files after the warm open", "fds", "warm", "")
     pss = {side: get(side, "workers", "pss") for side in sides}
     means = {side: _mean(v) for side, v in pss.items()}
@@ -529,6 +647,8 @@ def measure_splits(name: str, prefixes: list[str], args, megatron: bool, scratch
 
     print(f"  {name}: cold builds, the sides taking turns ...", file=sys.stderr, flush=True)
     cold = interleaved_best(WARM_RUNS, sides, spec_of("first"), before=clear)
+    # Each side's last cold build left its caches (clear() runs before a side's build only).
+    disk = {side: folder_bytes(caches[side][1]) for side in sides}
     warm1 = {side: run_child(side, spec_of("first")(side)) for side in sides}
     time.sleep(2.5)  # a cache younger than 2 s is checked in full (docs/reliability.md)
     print(f"  {name}: warm opens and resumes ...", file=sys.stderr, flush=True)
@@ -552,6 +672,8 @@ def measure_splits(name: str, prefixes: list[str], args, megatron: bool, scratch
     row("pairs opened (IndexedFile / IndexedDataset made), warm", warm, "opens", "")
     row("datasets sampled (indices built or loaded / GPTDataset made), warm", warm, "sampled", "")
     row("peak memory, cold open", cold, "peak", "GiB")
+    rows += memory_rows(name, cold)
+    rows += disk_rows(name, disk)
     row("open files after the warm open", warm, "fds", "")
     return rows
 
