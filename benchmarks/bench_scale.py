@@ -527,7 +527,8 @@ def measure(name: str, prefixes: list[str], args, megatron: bool, scratch: str,
         # still writing back: flushed first, so that neither side's cold build pays for them.
         os.sync()
         found[side] = {"cold": run_child(side, {**spec, "what": "first"})}
-        found[side]["disk"] = folder_bytes(indices)  # what the cold build left, before any warm open
+        # What the cold build left, before any warm open (a failed build's are partial: no figure).
+        found[side]["disk"] = folder_bytes(indices) if "error" not in found[side]["cold"] else {}
         found[side]["warm1"] = run_child(side, {**spec, "what": "first"})
         time.sleep(2.5)  # a cache younger than 2 s is checked in full (docs/reliability.md)
         found[side]["warm"] = best_of(WARM_RUNS, side, {**spec, "what": "first"})
@@ -647,8 +648,9 @@ def measure_splits(name: str, prefixes: list[str], args, megatron: bool, scratch
 
     print(f"  {name}: cold builds, the sides taking turns ...", file=sys.stderr, flush=True)
     cold = interleaved_best(WARM_RUNS, sides, spec_of("first"), before=clear)
-    # Each side's last cold build left its caches (clear() runs before a side's build only).
-    disk = {side: folder_bytes(caches[side][1]) for side in sides}
+    # Each side's last cold build left its caches (clear() runs before a side's build only); a
+    # failed build's are partial: no figure.
+    disk = {side: folder_bytes(caches[side][1]) if "error" not in cold[side] else {} for side in sides}
     warm1 = {side: run_child(side, spec_of("first")(side)) for side in sides}
     time.sleep(2.5)  # a cache younger than 2 s is checked in full (docs/reliability.md)
     print(f"  {name}: warm opens and resumes ...", file=sys.stderr, flush=True)
