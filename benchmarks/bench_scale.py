@@ -680,6 +680,53 @@ def measure_splits(name: str, prefixes: list[str], args, megatron: bool, scratch
     return rows
 
 
+# megatron-core's cold build holds, from the arrays core 0.19's gpt_dataset.py and
+# blended_megatron_dataset_builder.py make (one epoch): the split's document range (int32) and
+# the document_index (int32), 8 B a document, kept; while a prefix's document_index is built,
+# numpy.mgrid over (epochs, documents) (an int64 pair) and its casts, 20 B a document more
+# (tracemalloc: 24 B a document inside _build_document_index); the sample index (2 x int32) and
+# the shuffle index (uint32), 12 B a sample, kept; a blend's dataset_index and
+# dataset_sample_index (int16 + int64), 10 B a sample. Its .idx tables are memory maps (file
+# pages the kernel may drop: not counted). Beside them what the interpreter, torch and
+# megatron-core hold once a first sample is read: 0.42 GiB measured here, rounded up.
+PEER_IMPORTS = 2**29
+PEER_KEPT, PEER_BUILDING, PEER_SAMPLE, PEER_BLENDED = 8, 20, 12, 10
+
+
+def peer_need(documents: list[int], samples: int) -> int:
+    """megatron-core's estimated anonymous peak building the indices of ``documents`` (a count
+    a prefix) into ``samples`` samples (the arrays above; one epoch)."""
+    blended = PEER_BLENDED * samples if len(documents) > 1 else 0
+    return (PEER_IMPORTS + PEER_KEPT * sum(documents) + PEER_BUILDING * max(documents)
+            + PEER_SAMPLE * samples + blended)
+
+
+def peer_skip_reason(args, megatron: bool, prefixes: list[str]) -> str | None:
+    """Why megatron-core's side of a corpus is not run (None: it is): not importable,
+    ``--ours-only``, or an estimated need past the machine's MemAvailable now."""
+    if args.ours_only:
+        return "--ours-only"
+    if not megatron:
+        return "megatron-core is not importable"
+    documents = [_documents_of(p) for p in prefixes]
+    samples = sum(os.path.getsize(p + ".bin") // 2 for p in prefixes) // args.seq_length
+    need = peer_need(documents, samples)
+    available = _proc_fields("/proc/meminfo", ("MemAvailable",))["MemAvailable"]
+    if need <= available:
+        return None
+    return (f"its estimated anonymous peak {_fmt(need, 'GiB')} (imports {_fmt(PEER_IMPORTS, 'GiB')} + "
+            f"{PEER_KEPT + PEER_BUILDING} B a document of the largest prefix, {PEER_KEPT} B of the others: "
+            f"document_index built as an int64 mgrid pair, kept as int32, and the split's int32 range; "
+            f"+ {PEER_SAMPLE + (PEER_BLENDED if len(prefixes) > 1 else 0)} B a sample: sample, shuffle"
+            f"{' and blending' if len(prefixes) > 1 else ''} indices) exceeds MemAvailable "
+            f"{_fmt(available, 'GiB')}")
+
+
+def _documents_of(prefix: str) -> int:
+    with open(prefix + ".idx", "rb") as f:
+        return struct.unpack_from("<Q", f.read(34), 18)[0]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--documents", default="10e6", help="documents of single-prefix corpora, comma-separated")
@@ -696,6 +743,9 @@ def main() -> None:
     parser.add_argument("--raise-peer-nofile", action="store_true",
                         help="megatron-core's processes raise their soft limit of open files to the hard one "
                              "(run under `ulimit -Sn 1024`: this package within it, megatron-core beside it)")
+    parser.add_argument("--ours-only", action="store_true",
+                        help="this package's side only (megatron-core's side of a corpus is also left out, "
+                             "with its reason, where its estimated need exceeds the machine's MemAvailable)")
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -704,8 +754,8 @@ def main() -> None:
         print(json.dumps(child(json.loads(spec))))
         return
 
-    megatron = megatron_available()
-    if not megatron:
+    megatron = not args.ours_only and megatron_available()
+    if not megatron and not args.ours_only:
         print("megatron-core is not importable: its columns are empty", file=sys.stderr)
     os.makedirs(args.workdir, exist_ok=True)
     corpora = []
@@ -737,15 +787,23 @@ def main() -> None:
         uneven.append((f"{count} prefixes of {low / 1e3:g}k-{high / 1e6:g}M documents ({sum(sizes):,} in all)",
                        prefixes))
 
+    def peer(name, prefixes) -> bool:
+        """Whether megatron-core's side of this corpus runs; if not, a row says why."""
+        reason = peer_skip_reason(args, megatron, prefixes)
+        if reason is not None:
+            print(f"  {name}: megatron-core not run: {reason}", file=sys.stderr, flush=True)
+            table.append((name, f"megatron-core not run: {reason}", "-", "-", "-"))
+        return reason is None
+
     table, growth = [], []
     for name, prefixes in uneven:
         scratch = os.path.join(args.workdir, "caches")
-        table += measure_splits(name, prefixes, args, megatron, scratch)
+        table += measure_splits(name, prefixes, args, peer(name, prefixes), scratch)
         shutil.rmtree(scratch, ignore_errors=True)
     baseline = baseline_pss(args, megatron, os.path.join(args.workdir, "caches")) if corpora else None
     for name, prefixes, n in corpora:
         scratch = os.path.join(args.workdir, "caches")
-        rows, detail = measure(name, prefixes, args, megatron, scratch, baseline)
+        rows, detail = measure(name, prefixes, args, peer(name, prefixes), scratch, baseline)
         table += rows
         if len(prefixes) == 1:
             growth.append((n, detail))
