@@ -617,10 +617,12 @@ def _with_load(result: dict, field: str, unit: str) -> str:
     return _fmt(value, unit) + (f" (load {load:.2f})" if load is not None else "")
 
 
-def measure_splits(name: str, prefixes: list[str], args, megatron: bool, scratch: str) -> list[tuple]:
+def measure_splits(name: str, prefixes: list[str], args, megatron: bool,
+                   scratch: str) -> tuple[list[tuple], dict]:
     """A blend split as Megatron runs split it (``args.split``), its train stream: cold, warm and
     resume each side's best of WARM_RUNS, the sides taking turns, the load beside each figure;
-    and the counts the load does not move (pairs opened, datasets sampled, files open)."""
+    and the counts the load does not move (pairs opened, datasets sampled, files open). Returns
+    the rows and each side's figures as ``measure`` gives them (``found[side][key]``)."""
     counts = [os.path.getsize(p + ".bin") // 2 for p in prefixes]
     # Weighted by tokens, a size for every split, as pretrain_gpt.py gives megatron-core's builder
     # (--train-samples, --eval-iters). megatron-core's blend of the small test split oversamples
@@ -677,7 +679,9 @@ def measure_splits(name: str, prefixes: list[str], args, megatron: bool, scratch
     rows += memory_rows(name, cold)
     rows += disk_rows(name, disk)
     row("open files after the warm open", warm, "fds", "")
-    return rows
+    found = {side: {"cold": cold[side], "warm": warm[side], "resume": resume[side], "disk": disk[side]}
+             for side in sides}
+    return rows, found
 
 
 # megatron-core's cold build holds, from the arrays core 0.19's gpt_dataset.py and
@@ -725,6 +729,49 @@ def peer_skip_reason(args, megatron: bool, prefixes: list[str]) -> str | None:
 def _documents_of(prefix: str) -> int:
     with open(prefix + ".idx", "rb") as f:
         return struct.unpack_from("<Q", f.read(34), 18)[0]
+
+
+# Issue 43's goals: (the goal's corpus, figure, side's key, field, "ratio" or "ours", limit).
+GOALS = {
+    "uneven": ("1,000 uneven prefixes, split 969,30,1", [
+        ("cold open + first sample", "cold", "seconds", "ratio", 1.0),
+        ("warm open + first sample", "warm", "seconds", "ratio", 0.5),
+        ("resume + first row", "resume", "seconds", "ratio", 0.5),
+    ]),
+    "200M": ("200M documents", [
+        ("cold build + first sample", "cold", "seconds", "ratio", 0.7),
+        ("peak RSS of the cold build (ru_maxrss)", "cold", "peak", "ratio", 0.8),
+        ("index caches on disk (allocated)", "disk", "allocated", "ratio", 1.0),
+    ]),
+    "1B": ("1B documents", [
+        ("anonymous peak of the cold build + first sample", "cold", "anon_peak", "ours", 4 * 2**30),
+        ("warm open + first sample", "warm", "seconds", "ours", 0.3),
+        ("resume + first row", "resume", "seconds", "ours", 0.3),
+    ]),
+}
+GOAL_UNITS = {"seconds": "s", "peak": "GiB", "anon_peak": "GiB", "allocated": "size"}
+
+
+def goal_rows(kind: str, corpus: str, exact: bool, found: dict) -> list[tuple]:
+    """One line a goal of ``kind`` for a corpus run (``exact``: the goal's own corpus; else the
+    nearest goal, marked indicative): the figure measured, the goal, met or not."""
+    goal_corpus, goals = GOALS[kind]
+    lines = []
+    for label, key, field, how, limit in goals:
+        ours = found.get("ours", {}).get(key, {}).get(field)
+        theirs = found.get("megatron", {}).get(key, {}).get(field)
+        unit = GOAL_UNITS[field]
+        if how == "ratio":
+            value = ours / theirs if ours and theirs and ours > 0 and theirs > 0 else None
+            measured = f"{value:.2f}x ({_fmt(ours, unit)} / {_fmt(theirs, unit)})" if value is not None else "-"
+            target = f"<= {limit:.1f}x megatron-core's"
+        else:
+            value, measured, target = ours, _fmt(ours, unit), f"<= {_fmt(limit, unit)}"
+        verdict = "not measured" if value is None else ("met" if value <= limit else "not met")
+        if value is not None and not exact:
+            verdict += " (indicative: not the goal's corpus)"
+        lines.append((f"{goal_corpus}: {label}", corpus, measured, target, verdict))
+    return lines
 
 
 def main() -> None:
@@ -785,7 +832,7 @@ def main() -> None:
         for i, (prefix, n) in enumerate(zip(prefixes, sizes)):
             write_sparse_prefix(prefix, n, seed=i + 1)
         uneven.append((f"{count} prefixes of {low / 1e3:g}k-{high / 1e6:g}M documents ({sum(sizes):,} in all)",
-                       prefixes))
+                       prefixes, int(count)))
 
     def peer(name, prefixes) -> bool:
         """Whether megatron-core's side of this corpus runs; if not, a row says why."""
@@ -795,10 +842,12 @@ def main() -> None:
             table.append((name, f"megatron-core not run: {reason}", "-", "-", "-"))
         return reason is None
 
-    table, growth = [], []
-    for name, prefixes in uneven:
+    table, growth, goals = [], [], []
+    for name, prefixes, count in uneven:
         scratch = os.path.join(args.workdir, "caches")
-        table += measure_splits(name, prefixes, args, peer(name, prefixes), scratch)
+        rows, found = measure_splits(name, prefixes, args, peer(name, prefixes), scratch)
+        table += rows
+        goals += goal_rows("uneven", name, count == 1000, found)
         shutil.rmtree(scratch, ignore_errors=True)
     baseline = baseline_pss(args, megatron, os.path.join(args.workdir, "caches")) if corpora else None
     for name, prefixes, n in corpora:
@@ -807,6 +856,8 @@ def main() -> None:
         table += rows
         if len(prefixes) == 1:
             growth.append((n, detail))
+            kind = "1B" if n >= 500e6 else "200M"
+            goals += goal_rows(kind, name, n == {"1B": 10**9, "200M": 200 * 10**6}[kind], detail["found"])
         shutil.rmtree(scratch, ignore_errors=True)
 
     print(f"seq_length {args.seq_length}, one epoch, seed {SEED}; uint16, lognormal lengths (median {MEDIAN}); "
@@ -834,6 +885,14 @@ def main() -> None:
                 line += (f"; Pss_Anon per worker {m0 / 2**20:.0f} -> {m1 / 2**20:.0f} MiB, per node (8x8) at 1B "
                          f"~{node_1b / 2**30:.1f} GiB")
             print(line)
+    if goals:
+        print()
+        print("issue 43's goals, for the corpora run here (a goal measured on a corpus other than its own "
+              "is indicative only):")
+        print("| goal | corpus run | measured | goal | verdict |")
+        print("|---|---|---|---|---|")
+        for line in goals:
+            print("| " + " | ".join(line) + " |")
     if not args.keep:
         shutil.rmtree(args.workdir, ignore_errors=True)
 
