@@ -1,14 +1,16 @@
-"""Pretraining scale: this package against megatron-core on corpora of 10M-200M documents and
-blends of hundreds of prefixes, side by side in one run.
+"""Pretraining scale: this package against megatron-core on corpora of 10M-1B documents and
+blends of hundreds of prefixes, side by side in one run (1B documents: this package's side alone).
 
     .venv/bin/python benchmarks/bench_scale.py [--documents 10e6] [--blend 200x20000]
-        [--uneven-blend 1000x1e3-2e6] [--split 969,30,1]
+        [--uneven-blend 1000x1e3-2e6] [--split 969,30,1] [--ours-only]
         [--seq-length 4096] [--consumed 20e6] [--workers 2] [--workdir /tmp/scale-bench] [--keep]
 
 Each corpus is a real ``.idx`` of N documents with lognormal lengths (median 500 tokens,
 sigma 0.6: ~600 tokens a document, as the issue's 200M-document corpus of 119.7B tokens)
 beside a sparse ``.bin`` (truncated to its size: the index work, memory and open files
-behave as on the real corpus, the tokens read are zeros). ``--documents`` takes a list
+behave as on the real corpus, the tokens read are zeros; the ``.idx`` is written 16M documents
+at a time, under 0.5 GiB of memory whatever N: at 1B documents 20 GB on disk, the ``.bin``
+1.2 TB apparent and none allocated). ``--documents`` takes a list
 (``10e6,50e6,200e6``); ``--blend PxN`` a blend of P prefixes of N documents each (also a
 list); ``--uneven-blend PxLOW-HIGH`` a blend of P prefixes of LOW to HIGH documents
 (log-uniform), split ``--split`` (Megatron's "969,30,1") and read as its train stream, each
@@ -28,6 +30,15 @@ streaming=True)`` here), seq_length 4096, one epoch, seed 1234:
   resume at consumed C         megatron_rank_stream(stream, 0, 8, 4, consumed_samples=C), first
                                row; megatron-core: dataset[C] (what its sampler asks for first)
   peak memory                  ru_maxrss of the cold open (imports included: torch's ~0.3 GiB)
+  anonymous peak, cold open    RssAnon's peak from the imports to the first sample, sampled every
+                               20 ms (/proc/self/status) by a thread of the measuring process: what
+                               the process holds for itself (ru_maxrss also counts the file pages
+                               of its memory maps, which the kernel can drop); what the imports
+                               hold beside it; then RssFile+RssShmem's peak, and the machine's
+                               lowest MemAvailable meanwhile (other work on the machine moves it)
+  index cache on disk          the bytes of each side's index cache right after its cold build
+                               (our index_cache_dir, megatron-core's path_to_cache): allocated
+                               (st_blocks * 512) and, below, apparent (st_size)
   Pss_Anon per worker          private memory of each DataLoader worker (fork) after 20
                                batches, from /proc/PID/smaps_rollup, and per sequence; then
                                the same on a tiny corpus of 20,000 documents (what a worker
@@ -42,10 +53,22 @@ streaming=True)`` here), seq_length 4096, one epoch, seed 1234:
 
 Under a soft limit of open files (``bash -c 'ulimit -Sn 1024; ...'``) ``--raise-peer-nofile``
 lets megatron-core's processes raise theirs to the hard limit (it keeps 6 descriptors a
-prefix: without it a 1,000-prefix blend fails there). megatron-core rows are skipped when it
-is not importable. The last lines extrapolate the warm
-open and the per-node private memory (8 ranks x 8 workers) to 1B documents from the growth
-measured between the smallest and largest corpus.
+prefix: without it a 1,000-prefix blend fails there). megatron-core's side of a corpus is left
+out, its cells "-" and a row saying why, when it is not importable, under ``--ours-only``, or
+when its estimated need exceeds the machine's MemAvailable as the corpus comes up (``peer_need``:
+its anonymous arrays, 28 B a document of the largest prefix and 8 B of the others, 12 B a sample,
+and 0.5 GiB of imports: ~28 GiB at 1B documents, so ``--documents 1e9`` runs this package's side
+alone on a 24 GiB machine). Lines after the table extrapolate the warm open and the per-node
+private memory (8 ranks x 8 workers) to 1B documents from the growth measured between the
+smallest and largest corpus.
+
+The last table holds issue 43's goals for the corpora run, each with the figure measured, the
+goal, and met or not: 1,000 uneven prefixes split 969,30,1 (an ``--uneven-blend``): cold open,
+warm open and resume at most 1.0x, 0.5x and 0.5x megatron-core's; 200M documents: cold build,
+peak RSS and index cache on disk at most 0.7x, 0.8x and 1.0x megatron-core's; 1B documents:
+anonymous peak of the cold build and first sample at most 4 GiB, warm open and resume at most
+0.3 s. A ``--documents`` corpus takes the nearer of the last two (1B from 500M documents); a
+corpus other than the goal's own is marked indicative.
 """
 
 from __future__ import annotations
@@ -130,6 +153,80 @@ def _peak() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+def _proc_fields(path: str, names: tuple[str, ...]) -> dict[str, int]:
+    """Fields of a /proc file of "Name:  1234 kB" lines, in bytes."""
+    found = {}
+    with open(path) as f:
+        for line in f:
+            name, _, rest = line.partition(":")
+            if name in names:
+                found[name] = int(rest.split()[0]) * 1024
+    return found
+
+
+class MemorySampler:
+    """The peaks of this process's RssAnon and RssFile+RssShmem (/proc/self/status) and the
+    machine's lowest MemAvailable (/proc/meminfo) while it runs, sampled by a daemon thread
+    every ``interval`` seconds. ru_maxrss is the exact peak of all resident pages, file pages
+    of the memory maps included (the kernel may drop those under pressure); RssAnon is what
+    the process cannot give back, and what issue 43's 1B-document goal counts. A sample is a
+    lower bound: an allocation shorter than the interval may fall between two samples (numpy
+    releases the GIL in its large loops, shuffles and reads, so the thread gets its turns)."""
+
+    STATUS = ("RssAnon", "RssFile", "RssShmem")
+
+    def __init__(self, interval: float = 0.02):
+        import threading
+
+        self.interval = interval
+        self.found = {"anon_peak": 0, "file_peak": 0, "mem_available_min": None}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="memory-sampler", daemon=True)
+
+    def _sample(self) -> None:
+        status = _proc_fields("/proc/self/status", self.STATUS)
+        available = _proc_fields("/proc/meminfo", ("MemAvailable",)).get("MemAvailable")
+        found = self.found
+        found["anon_peak"] = max(found["anon_peak"], status.get("RssAnon", 0))
+        found["file_peak"] = max(found["file_peak"], status.get("RssFile", 0) + status.get("RssShmem", 0))
+        if available is not None:
+            low = found["mem_available_min"]
+            found["mem_available_min"] = available if low is None else min(low, available)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._sample()
+
+    def start(self) -> "MemorySampler":
+        self._sample()
+        self.found["anon_imports"] = self.found["anon_peak"]  # what the interpreter and imports hold
+        self._thread.start()
+        return self
+
+    def stop(self) -> dict:
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+        return self.found
+
+
+def folder_bytes(folder: str) -> dict:
+    """Bytes the files under ``folder`` hold: allocated (st_blocks * 512: what the disk gives
+    them, holes of sparse files excluded) and apparent (st_size); a hard-linked file once."""
+    allocated = apparent = files = 0
+    seen = set()
+    for root, _, names in os.walk(folder):
+        for name in names:
+            st = os.lstat(os.path.join(root, name))
+            if (st.st_dev, st.st_ino) in seen:
+                continue
+            seen.add((st.st_dev, st.st_ino))
+            allocated += st.st_blocks * 512
+            apparent += st.st_size
+            files += 1
+    return {"allocated": allocated, "apparent": apparent, "files": files}
+
+
 def _workers_pss(dataset, batch_size: int, workers: int) -> list[int]:
     import torch
 
@@ -203,6 +300,7 @@ def child_ours(spec: dict) -> dict:
     prefixes = spec["prefixes"]
     common = dict(seq_length=spec["seq_length"], seed=SEED, streaming=True, split="train",
                   cache_dir=spec["hf_cache"], index_cache_dir=spec["index_cache"])
+    sampler = MemorySampler().start()
     start = time.perf_counter()
     if len(prefixes) == 1:
         stream = load_dataset("mmidx", data_files={"train": [prefixes[0] + ".bin"]}, **common)
@@ -222,6 +320,7 @@ def child_ours(spec: dict) -> dict:
         iterator = iter(stream)
         row = next(iterator)
     result["seconds"] = time.perf_counter() - start
+    result.update(sampler.stop())  # before any worker is forked
     result["row_tokens"] = len(row["input_ids"])
     result.update(counts)
     result["fds"] = _fds()
@@ -255,6 +354,7 @@ def child_megatron(spec: dict) -> dict:
 
         resource.setrlimit(resource.RLIMIT_NOFILE, (resource.getrlimit(resource.RLIMIT_NOFILE)[1],) * 2)
     counts = _count_megatron()
+    sampler = MemorySampler().start()
     start = time.perf_counter()
     config = GPTDatasetConfig(random_seed=SEED, sequence_length=spec["seq_length"], tokenizer=Tokenizer(),
                               path_to_cache=spec["index_cache"], blend=(prefixes, spec.get("weights")),
@@ -265,8 +365,8 @@ def child_megatron(spec: dict) -> dict:
     dataset = BlendedMegatronDatasetBuilder(GPTDataset, sizes, lambda: True, config).build()[0]
     index = spec["consumed"] if spec["what"] == "resume" else 0
     row = dataset[index]
-    result = {"seconds": time.perf_counter() - start, "row_tokens": len(row["tokens"]), "fds": _fds(),
-              "peak": _peak(), "rows": len(dataset), **counts}
+    result = {"seconds": time.perf_counter() - start, **sampler.stop(), "row_tokens": len(row["tokens"]),
+              "fds": _fds(), "peak": _peak(), "rows": len(dataset), **counts}
     if spec["what"] == "workers":
         result["pss"] = _workers_pss(dataset, 4, spec["workers"])
         result["rank_pss"] = _pss_anon(os.getpid())
@@ -344,6 +444,8 @@ def _fmt(value, unit: str) -> str:
         return f"{value / 2**30:,.2f} GiB"
     if unit == "MiB":
         return f"{value / 2**20:,.1f} MiB"
+    if unit == "size":  # a folder's bytes: MiB below a GiB
+        return _fmt(value, "GiB" if value >= 2**30 else "MiB")
     return f"{value:,}"
 
 
@@ -360,6 +462,44 @@ def _ratio(ours, theirs) -> str:
     if not ours or not theirs or ours <= 0 or theirs <= 0:
         return "-"
     return f"{ours / theirs:.2f}x"
+
+
+def memory_rows(name: str, cold: dict) -> list[tuple]:
+    """The sampled peaks of a cold open (MemorySampler) and the machine's lowest MemAvailable."""
+    ours, theirs = cold.get("ours", {}), cold.get("megatron", {})
+
+    def anon(result):
+        if result.get("anon_peak") is None:
+            return "-"
+        return f"{_fmt(result['anon_peak'], 'GiB')} ({_fmt(result.get('anon_imports'), 'GiB')} after imports)"
+
+    return [
+        (name, "anonymous peak, cold open (RssAnon, sampled every 20 ms)", anon(ours), anon(theirs),
+         _ratio(ours.get("anon_peak"), theirs.get("anon_peak"))),
+        (name, "  file-backed peak, cold open (RssFile+RssShmem, sampled)", _fmt(ours.get("file_peak"), "GiB"),
+         _fmt(theirs.get("file_peak"), "GiB"), _ratio(ours.get("file_peak"), theirs.get("file_peak"))),
+        (name, "  machine's MemAvailable, lowest during the cold open", _fmt(ours.get("mem_available_min"), "GiB"),
+         _fmt(theirs.get("mem_available_min"), "GiB"), "-"),
+    ]
+
+
+def disk_rows(name: str, disk: dict) -> list[tuple]:
+    """The index cache folder after each side's cold build: ours its ``index_cache_dir``,
+    megatron-core's its ``path_to_cache``."""
+    ours, theirs = disk.get("ours", {}), disk.get("megatron", {})
+
+    def cell(found, field):
+        value = found.get(field)
+        if value is None:
+            return "-"
+        return _fmt(value, "size") + (f" ({found['files']:,} files)" if field == "allocated" else "")
+
+    return [
+        (name, "index cache on disk after the cold build (allocated: st_blocks)", cell(ours, "allocated"),
+         cell(theirs, "allocated"), _ratio(ours.get("allocated"), theirs.get("allocated"))),
+        (name, "  same, apparent size (st_size)", cell(ours, "apparent"), cell(theirs, "apparent"),
+         _ratio(ours.get("apparent"), theirs.get("apparent"))),
+    ]
 
 
 TINY_DOCUMENTS = 20_000
@@ -409,10 +549,10 @@ def measure(name: str, prefixes: list[str], args, megatron: bool, scratch: str,
         # The corpus just written and the other side's caches are dirty pages the kernel is
         # still writing back: flushed first, so that neither side's cold build pays for them.
         os.sync()
-        found[side] = {
-            "cold": run_child(side, {**spec, "what": "first"}),
-            "warm1": run_child(side, {**spec, "what": "first"}),
-        }
+        found[side] = {"cold": run_child(side, {**spec, "what": "first"})}
+        # What the cold build left, before any warm open (a failed build's are partial: no figure).
+        found[side]["disk"] = folder_bytes(indices) if "error" not in found[side]["cold"] else {}
+        found[side]["warm1"] = run_child(side, {**spec, "what": "first"})
         time.sleep(2.5)  # a cache younger than 2 s is checked in full (docs/reliability.md)
         found[side]["warm"] = best_of(WARM_RUNS, side, {**spec, "what": "first"})
         found[side]["resume"] = best_of(WARM_RUNS, side, {**spec, "what": "resume"})
@@ -438,6 +578,8 @@ def measure(name: str, prefixes: list[str], args, megatron: bool, scratch: str,
     row("warm open + first sample", "seconds", "warm", "s")
     row(f"resume at consumed {consumed:,} + first row", "seconds", "resume", "s")
     row("peak memory, cold open", "peak", "cold", "GiB")
+    rows += memory_rows(name, {side: found[side]["cold"] for side in sides})
+    rows += disk_rows(name, {side: found[side]["disk"] for side in sides})
     row("open files after the warm open", "fds", "warm", "")
     pss = {side: get(side, "workers", "pss") for side in sides}
     means = {side: _mean(v) for side, v in pss.items()}
@@ -498,10 +640,12 @@ def _with_load(result: dict, field: str, unit: str) -> str:
     return _fmt(value, unit) + (f" (load {load:.2f})" if load is not None else "")
 
 
-def measure_splits(name: str, prefixes: list[str], args, megatron: bool, scratch: str) -> list[tuple]:
+def measure_splits(name: str, prefixes: list[str], args, megatron: bool,
+                   scratch: str) -> tuple[list[tuple], dict]:
     """A blend split as Megatron runs split it (``args.split``), its train stream: cold, warm and
     resume each side's best of WARM_RUNS, the sides taking turns, the load beside each figure;
-    and the counts the load does not move (pairs opened, datasets sampled, files open)."""
+    and the counts the load does not move (pairs opened, datasets sampled, files open). Returns
+    the rows and each side's figures as ``measure`` gives them (``found[side][key]``)."""
     counts = [os.path.getsize(p + ".bin") // 2 for p in prefixes]
     # Weighted by tokens, a size for every split, as pretrain_gpt.py gives megatron-core's builder
     # (--train-samples, --eval-iters). megatron-core's blend of the small test split oversamples
@@ -529,6 +673,9 @@ def measure_splits(name: str, prefixes: list[str], args, megatron: bool, scratch
 
     print(f"  {name}: cold builds, the sides taking turns ...", file=sys.stderr, flush=True)
     cold = interleaved_best(WARM_RUNS, sides, spec_of("first"), before=clear)
+    # Each side's last cold build left its caches (clear() runs before a side's build only); a
+    # failed build's are partial: no figure.
+    disk = {side: folder_bytes(caches[side][1]) if "error" not in cold[side] else {} for side in sides}
     warm1 = {side: run_child(side, spec_of("first")(side)) for side in sides}
     time.sleep(2.5)  # a cache younger than 2 s is checked in full (docs/reliability.md)
     print(f"  {name}: warm opens and resumes ...", file=sys.stderr, flush=True)
@@ -552,8 +699,102 @@ def measure_splits(name: str, prefixes: list[str], args, megatron: bool, scratch
     row("pairs opened (IndexedFile / IndexedDataset made), warm", warm, "opens", "")
     row("datasets sampled (indices built or loaded / GPTDataset made), warm", warm, "sampled", "")
     row("peak memory, cold open", cold, "peak", "GiB")
+    rows += memory_rows(name, cold)
+    rows += disk_rows(name, disk)
     row("open files after the warm open", warm, "fds", "")
-    return rows
+    found = {side: {"cold": cold[side], "warm": warm[side], "resume": resume[side], "disk": disk[side]}
+             for side in sides}
+    return rows, found
+
+
+# megatron-core's cold build holds, from the arrays core 0.19's gpt_dataset.py and
+# blended_megatron_dataset_builder.py make (one epoch): the split's document range (int32) and
+# the document_index (int32), 8 B a document, kept; while a prefix's document_index is built,
+# numpy.mgrid over (epochs, documents) (an int64 pair) and its casts, 20 B a document more
+# (tracemalloc: 24 B a document inside _build_document_index); the sample index (2 x int32) and
+# the shuffle index (uint32), 12 B a sample, kept; a blend's dataset_index and
+# dataset_sample_index (int16 + int64), 10 B a sample. Its .idx tables are memory maps (file
+# pages the kernel may drop: not counted). Beside them what the interpreter, torch and
+# megatron-core hold once a first sample is read: 0.42 GiB measured here, rounded up.
+PEER_IMPORTS = 2**29
+PEER_KEPT, PEER_BUILDING, PEER_SAMPLE, PEER_BLENDED = 8, 20, 12, 10
+
+
+def peer_need(documents: list[int], samples: int) -> int:
+    """megatron-core's estimated anonymous peak building the indices of ``documents`` (a count
+    a prefix) into ``samples`` samples (the arrays above; one epoch)."""
+    blended = PEER_BLENDED * samples if len(documents) > 1 else 0
+    return (PEER_IMPORTS + PEER_KEPT * sum(documents) + PEER_BUILDING * max(documents)
+            + PEER_SAMPLE * samples + blended)
+
+
+def peer_skip_reason(args, megatron: bool, prefixes: list[str]) -> str | None:
+    """Why megatron-core's side of a corpus is not run (None: it is): not importable,
+    ``--ours-only``, or an estimated need past the machine's MemAvailable now."""
+    if args.ours_only:
+        return "--ours-only"
+    if not megatron:
+        return "megatron-core is not importable"
+    documents = [_documents_of(p) for p in prefixes]
+    samples = sum(os.path.getsize(p + ".bin") // 2 for p in prefixes) // args.seq_length
+    need = peer_need(documents, samples)
+    available = _proc_fields("/proc/meminfo", ("MemAvailable",))["MemAvailable"]
+    if need <= available:
+        return None
+    return (f"its estimated anonymous peak {_fmt(need, 'GiB')} (imports {_fmt(PEER_IMPORTS, 'GiB')} + "
+            f"{PEER_KEPT + PEER_BUILDING} B a document of the largest prefix, {PEER_KEPT} B of the others: "
+            f"document_index built as an int64 mgrid pair, kept as int32, and the split's int32 range; "
+            f"+ {PEER_SAMPLE + (PEER_BLENDED if len(prefixes) > 1 else 0)} B a sample: sample, shuffle"
+            f"{' and blending' if len(prefixes) > 1 else ''} indices) exceeds MemAvailable "
+            f"{_fmt(available, 'GiB')}")
+
+
+def _documents_of(prefix: str) -> int:
+    with open(prefix + ".idx", "rb") as f:
+        return struct.unpack_from("<Q", f.read(34), 18)[0]
+
+
+# Issue 43's goals: (the goal's corpus, figure, side's key, field, "ratio" or "ours", limit).
+GOALS = {
+    "uneven": ("1,000 uneven prefixes, split 969,30,1", [
+        ("cold open + first sample", "cold", "seconds", "ratio", 1.0),
+        ("warm open + first sample", "warm", "seconds", "ratio", 0.5),
+        ("resume + first row", "resume", "seconds", "ratio", 0.5),
+    ]),
+    "200M": ("200M documents", [
+        ("cold build + first sample", "cold", "seconds", "ratio", 0.7),
+        ("peak RSS of the cold build (ru_maxrss)", "cold", "peak", "ratio", 0.8),
+        ("index caches on disk (allocated)", "disk", "allocated", "ratio", 1.0),
+    ]),
+    "1B": ("1B documents", [
+        ("anonymous peak of the cold build + first sample", "cold", "anon_peak", "ours", 4 * 2**30),
+        ("warm open + first sample", "warm", "seconds", "ours", 0.3),
+        ("resume + first row", "resume", "seconds", "ours", 0.3),
+    ]),
+}
+GOAL_UNITS = {"seconds": "s", "peak": "GiB", "anon_peak": "GiB", "allocated": "size"}
+
+
+def goal_rows(kind: str, corpus: str, exact: bool, found: dict) -> list[tuple]:
+    """One line a goal of ``kind`` for a corpus run (``exact``: the goal's own corpus; else the
+    nearest goal, marked indicative): the figure measured, the goal, met or not."""
+    goal_corpus, goals = GOALS[kind]
+    lines = []
+    for label, key, field, how, limit in goals:
+        ours = found.get("ours", {}).get(key, {}).get(field)
+        theirs = found.get("megatron", {}).get(key, {}).get(field)
+        unit = GOAL_UNITS[field]
+        if how == "ratio":
+            value = ours / theirs if ours and theirs and ours > 0 and theirs > 0 else None
+            measured = f"{value:.2f}x ({_fmt(ours, unit)} / {_fmt(theirs, unit)})" if value is not None else "-"
+            target = f"<= {limit:.1f}x megatron-core's"
+        else:
+            value, measured, target = ours, _fmt(ours, unit), f"<= {_fmt(limit, unit)}"
+        verdict = "not measured" if value is None else ("met" if value <= limit else "not met")
+        if value is not None and not exact:
+            verdict += " (indicative: not the goal's corpus)"
+        lines.append((f"{goal_corpus}: {label}", corpus, measured, target, verdict))
+    return lines
 
 
 def main() -> None:
@@ -572,6 +813,9 @@ def main() -> None:
     parser.add_argument("--raise-peer-nofile", action="store_true",
                         help="megatron-core's processes raise their soft limit of open files to the hard one "
                              "(run under `ulimit -Sn 1024`: this package within it, megatron-core beside it)")
+    parser.add_argument("--ours-only", action="store_true",
+                        help="this package's side only (megatron-core's side of a corpus is also left out, "
+                             "with its reason, where its estimated need exceeds the machine's MemAvailable)")
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -580,8 +824,8 @@ def main() -> None:
         print(json.dumps(child(json.loads(spec))))
         return
 
-    megatron = megatron_available()
-    if not megatron:
+    megatron = not args.ours_only and megatron_available()
+    if not megatron and not args.ours_only:
         print("megatron-core is not importable: its columns are empty", file=sys.stderr)
     os.makedirs(args.workdir, exist_ok=True)
     corpora = []
@@ -611,20 +855,32 @@ def main() -> None:
         for i, (prefix, n) in enumerate(zip(prefixes, sizes)):
             write_sparse_prefix(prefix, n, seed=i + 1)
         uneven.append((f"{count} prefixes of {low / 1e3:g}k-{high / 1e6:g}M documents ({sum(sizes):,} in all)",
-                       prefixes))
+                       prefixes, int(count)))
 
-    table, growth = [], []
-    for name, prefixes in uneven:
+    def peer(name, prefixes) -> bool:
+        """Whether megatron-core's side of this corpus runs; if not, a row says why."""
+        reason = peer_skip_reason(args, megatron, prefixes)
+        if reason is not None:
+            print(f"  {name}: megatron-core not run: {reason}", file=sys.stderr, flush=True)
+            table.append((name, f"megatron-core not run: {reason}", "-", "-", "-"))
+        return reason is None
+
+    table, growth, goals = [], [], []
+    for name, prefixes, count in uneven:
         scratch = os.path.join(args.workdir, "caches")
-        table += measure_splits(name, prefixes, args, megatron, scratch)
+        rows, found = measure_splits(name, prefixes, args, peer(name, prefixes), scratch)
+        table += rows
+        goals += goal_rows("uneven", name, count == 1000, found)
         shutil.rmtree(scratch, ignore_errors=True)
     baseline = baseline_pss(args, megatron, os.path.join(args.workdir, "caches")) if corpora else None
     for name, prefixes, n in corpora:
         scratch = os.path.join(args.workdir, "caches")
-        rows, detail = measure(name, prefixes, args, megatron, scratch, baseline)
+        rows, detail = measure(name, prefixes, args, peer(name, prefixes), scratch, baseline)
         table += rows
         if len(prefixes) == 1:
             growth.append((n, detail))
+            kind = "1B" if n >= 500e6 else "200M"
+            goals += goal_rows(kind, name, n == {"1B": 10**9, "200M": 200 * 10**6}[kind], detail["found"])
         shutil.rmtree(scratch, ignore_errors=True)
 
     print(f"seq_length {args.seq_length}, one epoch, seed {SEED}; uint16, lognormal lengths (median {MEDIAN}); "
@@ -652,6 +908,14 @@ def main() -> None:
                 line += (f"; Pss_Anon per worker {m0 / 2**20:.0f} -> {m1 / 2**20:.0f} MiB, per node (8x8) at 1B "
                          f"~{node_1b / 2**30:.1f} GiB")
             print(line)
+    if goals:
+        print()
+        print("issue 43's goals, for the corpora run here (a goal measured on a corpus other than its own "
+              "is indicative only):")
+        print("| goal | corpus run | measured | goal | verdict |")
+        print("|---|---|---|---|---|")
+        for line in goals:
+            print("| " + " | ".join(line) + " |")
     if not args.keep:
         shutil.rmtree(args.workdir, ignore_errors=True)
 
