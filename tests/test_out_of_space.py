@@ -100,11 +100,15 @@ def test_a_prepare_that_runs_out_of_room_is_our_error_and_leaves_no_cache(tmp_pa
     assert left == [], left
 
 
-def test_an_index_cache_that_runs_out_of_room_leaves_no_npy(tmp_path):
+@pytest.mark.parametrize("in_place", [False, True], ids=["written-after", "built-in-its-file"])
+def test_an_index_cache_that_runs_out_of_room_leaves_no_npy(tmp_path, in_place):
+    """Written after the build, or (large indices: sampling.IN_PLACE_BYTES) built in their file,
+    whose blocks are reserved first: no room is a warning, the samples are still served."""
     cache = tmp_path / "indices"
     result = _child(f"""
         import numpy as np
         from mmidx_builder.megatron import sampling
+        sampling.IN_PLACE_BYTES = {0 if in_place else "sampling.IN_PLACE_BYTES"}
         lengths = np.full(200_000, 7, dtype=np.int32)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")

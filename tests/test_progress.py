@@ -59,6 +59,24 @@ def test_a_long_index_build_shows_the_prefix_and_each_step(monkeypatch, capsys, 
     assert "3/3" in err
 
 
+def test_checking_a_large_index_shows_a_bar(capsys, fast_bars, bars_on, tmp_path):
+    """A billion-sequence .idx takes a minute to check at its first open: a bar counts it."""
+    import struct
+
+    from mmidx_builder.sources.indexed import IndexedFile
+
+    count = (1 << 20) + 1
+    with open(tmp_path / "big.idx", "wb") as f:
+        f.write(struct.pack("<9sQBQQ", b"MMIDIDX\x00\x00", 1, 8, count, count + 1))
+        f.write(np.ones(count, "<i4").tobytes() + (np.arange(count, dtype="<i8") * 2).tobytes()
+                + np.arange(count + 1, dtype="<i8").tobytes())
+    with open(tmp_path / "big.bin", "wb") as f:
+        f.truncate(count * 2)
+    IndexedFile.open(tmp_path / "big")
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'big'}: checking the index" in err and "sequences" in err, err
+
+
 def test_a_long_blend_shows_a_bar(monkeypatch, capsys, fast_bars, bars_on):
     monkeypatch.setattr(blending_indices, "build_blending_indices", _slowly(blending_indices.build_blending_indices))
     blending_indices.load_or_build_blending_indices(cache_dir=None, weights=[0.3, 0.7], size=100,

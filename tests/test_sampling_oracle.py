@@ -124,3 +124,36 @@ def test_document_and_shuffle_index_equal_megatron_functions(megatron):
             ours = sampling.build_shuffle_index(first, total, np.random.RandomState(seed))
             theirs = megatron.gpt_dataset._build_shuffle_index(first, total, np.random.RandomState(seed))
             assert ours.dtype == theirs.dtype and np.array_equal(ours, theirs)
+
+
+def test_indices_built_in_their_cache_file_equal_gptdatasets(megatron, tmp_path, monkeypatch):
+    """Large indices are built where they are kept (sampling.IN_PLACE_BYTES, here every one):
+    as megatron-core builds them, and read back as written by the next open."""
+    monkeypatch.setattr(sampling, "IN_PLACE_BYTES", 0)
+    rng = np.random.RandomState(7)
+    compared = 0
+    for case in range(60):
+        lengths, seq_length, extra, amount, seed = random_case(rng)
+        if (int(lengths.sum()) * amount.get("num_epochs", 1) - extra) // seq_length < 1:
+            continue  # refused on both sides (test_indices_and_tokens_equal_gptdataset)
+        prefix = str(tmp_path / f"data{case}")
+        with IndexedFileWriter(prefix, dtype=np.uint16) as writer:
+            for i, n in enumerate(lengths):
+                writer.add_document((np.arange(n) * 7 + i * 131) % 60000)
+        cache = tmp_path / f"ours{case}"
+        built = sampling.load_or_build_indices(lengths.astype(np.int32), cache_dir=cache, identity=prefix,
+                                               seq_length=seq_length, seed=seed, add_extra_token=extra, **amount)
+        assert sorted(p.suffix for p in cache.iterdir()) == [".json", ".npy"]  # one packed file, its meta
+        loaded = sampling.load_or_build_indices(lengths.astype(np.int32), cache_dir=cache, identity=prefix,
+                                                seq_length=seq_length, seed=seed, add_extra_token=extra, **amount)
+        num_samples = amount.get("num_samples", built.num_samples if "num_epochs" in amount else None)
+        theirs = megatron_dataset(megatron, prefix, tmp_path / f"cache{case}", seq_length=seq_length, seed=seed,
+                                  num_samples=num_samples, add_extra_token=extra)
+        if len(theirs.document_index) != len(built.document_index):
+            continue  # whole epochs shorter than a sample (test_indices_and_tokens_equal_gptdataset)
+        for name in ("document_index", "sample_index", "shuffle_index"):
+            expected = getattr(theirs, name)
+            for ours in (getattr(built, name), getattr(loaded, name)):
+                assert ours.dtype == expected.dtype and np.array_equal(ours, expected), f"{name}, case {case}"
+        compared += 1
+    assert compared > 30

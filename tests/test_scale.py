@@ -149,6 +149,36 @@ def test_the_index_cache_is_no_larger_than_megatron_cores(big, megatron, tmp_pat
     assert not any(name.startswith("opened-") and size > 64 * 1024 for name, size in ours_bytes.items()), ours_bytes
 
 
+@pytest.mark.parametrize("in_place", [True, False], ids=["in-its-file", "in-memory"])
+def test_a_cold_build_holds_no_index_array_in_the_process(big, tmp_path, monkeypatch, in_place):
+    """Issue 43 item 5: large sampling indices are built in their cache file, from lengths
+    spilled to a mapped file, so the process's own memory (numpy's allocations, traced) holds
+    chunks, not arrays of the corpus's size (a billion documents: ~10 GB of them)."""
+    import tracemalloc
+    from mmidx_builder.megatron import sampling
+
+    root, _, settings = big
+    monkeypatch.setattr(sampling, "IN_PLACE_BYTES", 0 if in_place else 1 << 62)
+    # What any first stream costs (datasets imports torch for its epoch counter), not traced.
+    tiny = {**settings, "data_files": {"train": [str(root / "tiny_text_document.bin")]}}
+    next(iter(MMIdx(**{**tiny, "index_cache_dir": str(tmp_path / "tiny")}).as_streaming_dataset("train")))
+    tracemalloc.start()
+    try:
+        # Three epochs: ~180 MiB of indices against the build's chunks (a few MiB each), whatever N.
+        row = next(iter(MMIdx(**{**settings, "num_epochs": 3, "index_cache_dir": str(tmp_path)})
+                        .as_streaming_dataset("train")))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(row["input_ids"]) == LENGTH + 1
+    arrays = sum(os.path.getsize(tmp_path / n) for n in os.listdir(tmp_path) if n.endswith("-indices.npy"))
+    assert arrays > 3 * 12 * SEQUENCES  # document, sample and shuffle index: 4 + 8 + 4 bytes a sample here
+    if in_place:
+        assert peak < arrays / 4, f"{peak / 2**20:.1f} MiB allocated for {arrays / 2**20:.1f} MiB of indices"
+    else:  # what the goal is measured against: the arrays in memory, and the lengths
+        assert peak > arrays, f"{peak / 2**20:.1f} MiB allocated for {arrays / 2**20:.1f} MiB of indices"
+
+
 def test_a_warm_open_reads_the_idx_header_not_its_tables(big):
     """Counted with every read going through pread (mapped.py's fallback), which /proc/self/io
     counts (process_vm_readv copies are not read calls)."""

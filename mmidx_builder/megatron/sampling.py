@@ -26,6 +26,7 @@ The functions are pure (arrays and a seed in, arrays out), except
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -42,7 +43,8 @@ from ..storage.files import temporary_path
 from ..checks import check_int, check_seed
 from ..errors import FormatError, OutOfSpaceError, ParameterError
 from ..progress import Steps
-from ..sources.token_source import index_files, lengths_digest, lengths_identity, lengths_view, sequence_count
+from ..sources.token_source import (index_files, lengths_digest, lengths_identity, lengths_to_build_from, lengths_view,
+                                   sequence_count)
 
 __all__ = [
     "SamplingIndices",
@@ -204,17 +206,21 @@ def _as_lengths(sequence_lengths, check_values: bool = True) -> np.ndarray:
 
 
 def build_document_index(num_sequences: int, num_epochs: int, rng: np.random.RandomState,
-                         separate_final_epoch: bool) -> np.ndarray:
+                         separate_final_epoch: bool, out: np.ndarray | None = None) -> np.ndarray:
     """Sequence ids ``0..num_sequences-1`` once per epoch, shuffled as megatron-core does.
 
     Equals ``gpt_dataset._build_document_index(arange(N, int32), ...)``: one ``rng.shuffle``
     over all epochs, or with ``separate_final_epoch`` one over the first ``num_epochs - 1``
     and then one over the last. Shuffled in place, in int32 from the start (megatron-core
-    builds int64 grids first), so the array itself is the peak.
+    builds int64 grids first), so the array itself is the peak (``out``: an int32 array of
+    ``num_epochs * num_sequences`` to build it in).
     """
-    index = np.empty((num_epochs, num_sequences), np.int32)
-    index[:] = np.arange(num_sequences, dtype=np.int32)
-    index = index.reshape(-1)
+    index = np.empty(num_epochs * num_sequences, np.int32) if out is None else out
+    ascending = np.arange(min(num_sequences, _CHUNK), dtype=np.int32)
+    for epoch in range(num_epochs):  # a chunk at a time: no temporary of 4 bytes a sequence
+        for begin in range(0, num_sequences, _CHUNK):
+            stop = min(begin + _CHUNK, num_sequences)
+            np.add(ascending[:stop - begin], begin, out=index[epoch * num_sequences + begin:epoch * num_sequences + stop])
     if separate_final_epoch and num_epochs > 1:
         cut = (num_epochs - 1) * num_sequences
         # A shuffle of a view permutes it exactly as a shuffle of a copy of the same length.
@@ -225,8 +231,13 @@ def build_document_index(num_sequences: int, num_epochs: int, rng: np.random.Ran
     return index
 
 
+def sample_index_dtype(num_positions: int, longest: int) -> np.dtype:
+    """megatron-core's: int32 when every document-index position and length fits it."""
+    return np.dtype(np.int32 if max(num_positions, longest) <= np.iinfo(np.int32).max else np.int64)
+
+
 def build_sample_index(sizes: np.ndarray, document_index: np.ndarray, seq_length: int,
-                       tokens_total: int, add_extra_token: bool = True) -> np.ndarray:
+                       tokens_total: int, add_extra_token: bool = True, out: np.ndarray | None = None) -> np.ndarray:
     """Where each sample starts: megatron-core's ``helpers.build_sample_idx``, vectorised.
 
     ``tokens_total`` is ``num_epochs * tokens_per_epoch`` (the sum of the lengths along
@@ -238,13 +249,13 @@ def build_sample_index(sizes: np.ndarray, document_index: np.ndarray, seq_length
 
     Instead of a walk over tokens, each sequence's range of rows comes from integer
     division of its cumulative bounds, a chunk of sequences at a time (int64 temporaries
-    stay small; the output is the only full-size array).
+    stay small; the output is the only full-size array: ``out``, of ``(total + 1, 2)`` in
+    :func:`sample_index_dtype`, to build it in).
     """
     extra = int(bool(add_extra_token))
     total = (int(tokens_total) - extra) // seq_length
-    limit = np.iinfo(np.int32).max
-    dtype = np.int32 if max(len(document_index), int(sizes.max())) <= limit else np.int64
-    out = np.empty((total + 1, 2), dtype)
+    if out is None:
+        out = np.empty((total + 1, 2), sample_index_dtype(len(document_index), int(sizes.max(initial=0))))
     out[0] = 0
     if total == 0:
         return out
@@ -281,11 +292,20 @@ def build_sample_index(sizes: np.ndarray, document_index: np.ndarray, seq_length
     return out
 
 
-def build_shuffle_index(num_samples: int, total_size: int, rng: np.random.RandomState) -> np.ndarray:
+def shuffle_index_dtype(total_size: int) -> np.dtype:
+    """megatron-core's: uint32 unless that is too small."""
+    return np.dtype(np.uint32 if total_size < np.iinfo(np.uint32).max - 1 else np.int64)
+
+
+def build_shuffle_index(num_samples: int, total_size: int, rng: np.random.RandomState,
+                        out: np.ndarray | None = None) -> np.ndarray:
     """``gpt_dataset._build_shuffle_index``: ``arange(total_size)`` with ``[0, num_samples)``
-    shuffled, then ``[num_samples, total_size)`` shuffled apart; uint32 unless that is too small."""
-    dtype = np.uint32 if total_size < np.iinfo(np.uint32).max - 1 else np.int64
-    index = np.arange(total_size, dtype=dtype)
+    shuffled, then ``[num_samples, total_size)`` shuffled apart (``out``: an array of
+    ``total_size`` in :func:`shuffle_index_dtype` to build it in)."""
+    index = np.empty(total_size, shuffle_index_dtype(total_size)) if out is None else out
+    for begin in range(0, total_size, _CHUNK):  # a chunk at a time: no full-size temporary
+        stop = min(begin + _CHUNK, total_size)
+        index[begin:stop] = np.arange(begin, stop, dtype=index.dtype)
     rng.shuffle(index[:num_samples])
     if num_samples != total_size:
         rng.shuffle(index[num_samples:])
@@ -319,13 +339,15 @@ BUILD_STEPS = ("documents", "samples", "shuffle")
 
 def build_indices(sequence_lengths: np.ndarray, *, seq_length: int, seed: int, num_epochs: int | None = None,
                   num_samples: int | None = None, add_extra_token: bool = True,
-                  on_step=lambda step: None) -> SamplingIndices:
+                  on_step=lambda step: None, allocate=None) -> SamplingIndices:
     """The document, sample and shuffle indices megatron-core's GPTDataset builds.
 
     ``sequence_lengths``: tokens per sequence (GPTDataset packs sequences; its document ids
     are sequence ids). Give ``num_epochs`` (whole epochs) or ``num_samples`` (Megatron's
     way, possibly ending inside an epoch), or neither for one epoch. Pure: no I/O;
     ``on_step(name)`` is called as each of BUILD_STEPS starts (a progress bar's hook).
+    ``allocate(layout)`` (``{name: (dtype, shape)}`` of the three arrays) gives the arrays to
+    build in, or None for new ones (array_cache.PackedInPlace builds them in their file).
     """
     sizes = _as_lengths(sequence_lengths)
     seed = check_seed(seed)
@@ -334,18 +356,25 @@ def build_indices(sequence_lengths: np.ndarray, *, seq_length: int, seed: int, n
     num_epochs, num_samples = count_samples(tokens_per_epoch, seq_length=seq_length, num_epochs=num_epochs,
                                             num_samples=num_samples, add_extra_token=add_extra_token)
     separate, sans_final = _final_epoch_split(tokens_per_epoch, seq_length, extra, num_epochs, num_samples)
-    _check_memory(len(sizes), num_epochs, (num_epochs * tokens_per_epoch - extra) // seq_length)
+    total = (num_epochs * tokens_per_epoch - extra) // seq_length
+    layout = {"document_index": (np.int32, (num_epochs * len(sizes),)),
+              "sample_index": (sample_index_dtype(num_epochs * len(sizes), int(sizes.max(initial=0))), (total + 1, 2)),
+              "shuffle_index": (shuffle_index_dtype(total), (total,))}
+    arrays = allocate(layout) if allocate is not None else None
+    if arrays is None:
+        _check_memory(len(sizes), num_epochs, total)
+        arrays = {name: None for name in layout}
     rng = np.random.RandomState(seed)
     on_step("documents")
-    document_index = build_document_index(len(sizes), num_epochs, rng, separate)
+    document_index = build_document_index(len(sizes), num_epochs, rng, separate, out=arrays["document_index"])
     on_step("samples")
-    sample_index = build_sample_index(sizes, document_index, seq_length, num_epochs * tokens_per_epoch, extra)
-    total = len(sample_index) - 1
+    sample_index = build_sample_index(sizes, document_index, seq_length, num_epochs * tokens_per_epoch, extra,
+                                      out=arrays["sample_index"])
     if num_samples > total:  # cannot happen after count_samples; kept as a clear message, not garbage
         raise ParameterError(f"num_samples={num_samples} exceeds the {total} samples that {num_epochs} epoch(s) "
                              f"of {tokens_per_epoch} tokens hold at seq_length {seq_length}; ask for fewer")
     on_step("shuffle")
-    shuffle_index = build_shuffle_index(sans_final if separate else total, total, rng)
+    shuffle_index = build_shuffle_index(sans_final if separate else total, total, rng, out=arrays["shuffle_index"])
     return SamplingIndices(seq_length=int(seq_length), add_extra_token=bool(extra), num_epochs=num_epochs,
                            num_samples=num_samples, separate_final_epoch=separate,
                            document_index=document_index, sample_index=sample_index, shuffle_index=shuffle_index)
@@ -402,14 +431,18 @@ def _load_cached(paths: dict[str, str], num_sequences: int) -> SamplingIndices |
     return indices if consistent else None
 
 
-def _save_cached(paths: dict[str, str], indices: SamplingIndices, files: list[str] | None = None) -> None:
+def _cache_fields(indices: SamplingIndices, files: list[str] | None) -> dict:
     # files: the identities of the files the lengths were read from (not part of the key), for
     # `mmidx cache` to tell a cache no current file uses (cache_folder.py).
     fields = {name: getattr(indices, name) for name in _META_FIELDS}
     if files is not None:
         fields[FILES_FIELD] = list(files)
+    return fields
+
+
+def _save_cached(paths: dict[str, str], indices: SamplingIndices, files: list[str] | None = None) -> None:
     array_cache.save_arrays(paths["meta"], {name: paths[name] for name in _ARRAY_NAMES},
-                            {name: getattr(indices, name) for name in _ARRAY_NAMES}, fields)
+                            {name: getattr(indices, name) for name in _ARRAY_NAMES}, _cache_fields(indices, files))
 
 
 FILES_FIELD = "files"
@@ -442,10 +475,53 @@ def save_indices(indices: SamplingIndices, directory: str | os.PathLike) -> list
     return [os.path.join(directory, name) for name in names]
 
 
-def _built(sizes, label: str, build_kwargs: dict) -> SamplingIndices:
+def _built(sizes, label: str, build_kwargs: dict, allocate=None) -> SamplingIndices:
     """:func:`build_indices` with a progress bar (``label: step``) once it has run a few seconds."""
     with Steps(label, BUILD_STEPS) as steps:
-        return build_indices(sizes, on_step=steps.step, **build_kwargs)
+        return build_indices(sizes, on_step=steps.step, allocate=allocate, **build_kwargs)
+
+
+# Indices of more bytes than this are built in their cache file (array_cache.PackedInPlace),
+# not in the process's memory and then written: ~6 GB at a billion documents, which with the
+# rest of a build would not fit beside a training job (issue 43: <= 4 GiB anonymous there).
+IN_PLACE_BYTES = 1 << 28
+
+
+def _built_and_cached(paths: dict[str, str], sizes, label: str, build_kwargs: dict, files, cache_dir
+                      ) -> SamplingIndices:
+    """:func:`_built`, then cached: in their file from the start when large (IN_PLACE_BYTES),
+    else written after. A cache that cannot be written is skipped with a warning."""
+    with array_cache.PackedInPlace(paths["meta"], paths["document_index"]) as packed:
+        in_place = []
+
+        def allocate(layout):
+            nbytes = sum(np.dtype(dtype).itemsize * int(np.prod(shape)) for dtype, shape in layout.values())
+            if nbytes < IN_PLACE_BYTES:
+                return None
+            try:
+                arrays = packed.allocate(layout)
+            except OSError as error:
+                warn_once(f"sampling indices not cached in {os.fspath(cache_dir)}: {error}", stacklevel=5)
+                in_place.append(None)
+                return None
+            in_place.append(arrays is not None)
+            return arrays
+
+        indices = _built(sizes, label, build_kwargs, allocate)
+        if in_place == [True]:
+            try:
+                mapped = packed.commit(_cache_fields(indices, files))
+            except OSError as error:
+                warn_once(f"sampling indices not cached in {os.fspath(cache_dir)}: {error}", stacklevel=3)
+                return indices
+            return dataclasses.replace(indices, **mapped)
+    if in_place == [None]:
+        return indices  # the folder refused the file: said above
+    try:
+        _save_cached(paths, indices, files)
+    except OSError as error:
+        warn_once(f"sampling indices not cached in {os.fspath(cache_dir)}: {error}", stacklevel=3)
+    return indices
 
 
 def load_or_build_indices(sequence_lengths, *, cache_dir: str | os.PathLike | None, identity: str,
@@ -490,12 +566,7 @@ def load_or_build_indices(sequence_lengths, *, cache_dir: str | os.PathLike | No
     cached = _load_cached(paths, num_sequences)
     if cached is not None:
         return cached
-    indices = _built(make_lengths(), label, build_kwargs)
-    try:
-        _save_cached(paths, indices, files)
-    except OSError as error:
-        warn_once(f"sampling indices not cached in {os.fspath(cache_dir)}: {error}", stacklevel=2)
-    return indices
+    return _built_and_cached(paths, make_lengths(), label, build_kwargs, files, cache_dir)
 
 
 def load_or_build_source_indices(source, *, cache_dir: str | os.PathLike | None, label: str = "sampling indices",
@@ -503,7 +574,9 @@ def load_or_build_source_indices(source, *, cache_dir: str | os.PathLike | None,
     """:func:`load_or_build_indices` of a token source's lengths, keyed by what they are read
     from (a pair's ``.idx``, not its ``.bin``: token_source.lengths_identity) and their digest
     (token_source.lengths_digest: a warm open of a pair copies none of its lengths)."""
-    return load_or_build_indices(lambda: source.sequence_lengths, cache_dir=cache_dir, identity=lengths_identity(source),
+    folder = os.fspath(cache_dir) if cache_dir is not None else None
+    return load_or_build_indices(lambda: lengths_to_build_from(source, folder), cache_dir=cache_dir,
+                                 identity=lengths_identity(source),
                                  files=index_files(source), label=label, num_sequences=sequence_count(source),
                                  lengths_digest=lengths_digest(source), **build_kwargs)
 

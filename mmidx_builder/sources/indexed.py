@@ -38,6 +38,7 @@ from typing import IO, Callable, Iterable, Sequence
 
 import numpy as np
 
+from .. import progress
 from ..warnings_once import warn_once
 from ..storage import array_cache
 from ..storage.bin_readers import BinReader, MemmapBinReader
@@ -48,7 +49,7 @@ from ..storage.mapped import MappedFile, gather
 from ..storage.pairs import OpenedPair, check_partners, open_pair, open_pairs  # noqa: F401  (check_partners: callers find it here)
 from ..dtypes import DTYPE_TABLES, FAIRSEQ_DTYPES, MEGATRON_DTYPES, Flavour, dtype_code, smallest_dtype, writer_dtype  # noqa: F401
 from ..errors import FormatError, MissingPartnerError, ParameterError
-from .token_source import check_pieces, combined_identity, first_bad, fingerprint_of, fingerprint_stride
+from .token_source import Fingerprint, check_pieces, combined_identity, first_bad
 
 MAGIC = b"MMIDIDX\x00\x00"
 # The provenance sidecar beside a pair (provenance.py): it describes one generation of the
@@ -207,6 +208,7 @@ class IndexedFile:
             self._num_tokens = record.num_tokens
         else:
             self._num_tokens = self._validate(keep_lengths=n <= _COPY_BELOW)
+            self.lengths_fingerprint = self._validated_fingerprint
             if record is not None:
                 record.save()
         self.identities = (index.identity, getattr(bin_reader, "identity", None) or file_identity(bin_path))
@@ -282,10 +284,18 @@ class IndexedFile:
         previous = None  # the last pointer of the chunk before, for the message
         kept = np.empty(h.num_sequences, LENGTH_DTYPE) if keep_lengths else None
         digest = array_cache.digest_of_parts(LENGTH_DTYPE, (h.num_sequences,))
+        fingerprint = Fingerprint(h.num_sequences)
+        # A bar for an index that takes a while (a billion sequences: a minute), once it has.
+        shown = progress.bar(total=h.num_sequences, delay=progress.Steps.DELAY_SECONDS, unit=" sequences",
+                             unit_scale=True, desc=f"{self.prefix}: checking the index", leave=False,
+                             ) if h.num_sequences > _COPY_BELOW else None
         for begin in range(0, h.num_sequences, _VALIDATE_CHUNK):
             end = min(begin + _VALIDATE_CHUNK, h.num_sequences)
+            if shown is not None:
+                shown.update(end - begin)
             chunk = self._table(self._lengths_at, LENGTH_DTYPE, begin, end)
             digest.update(chunk.data)
+            fingerprint.update(chunk[-begin % fingerprint.step::fingerprint.step])
             if kept is not None:
                 kept[begin:end] = chunk
             if chunk.min() < 0:
@@ -310,6 +320,8 @@ class IndexedFile:
                                   offset=self._pointers_at + 8 * i, hint=hint)
             previous = found[-1]
             tokens += int(chunk.sum(dtype=np.int64))
+        if shown is not None:
+            shown.close()
         if self.bin_size != tokens * itemsize:
             raise FormatError(self.bin_path, "file size",
                               f"{tokens * itemsize} bytes ({tokens} tokens of {self.dtype.name} "
@@ -320,6 +332,7 @@ class IndexedFile:
             kept.flags.writeable = False
             self._lengths = kept
         self.lengths_digest = digest.hexdigest()
+        self._validated_fingerprint = fingerprint.result(tokens)
         return tokens
 
     def _validate_documents(self, count: int) -> None:
@@ -364,6 +377,42 @@ class IndexedFile:
                 return lengths
             self._lengths = lengths
         return self._lengths
+
+    def spilled_lengths(self, folder: str) -> np.ndarray:
+        """:attr:`sequence_lengths` for a build of sampling indices, without 4 bytes a sequence
+        of this process's memory for a large index: copied a chunk at a time into a file of
+        ``folder`` that is mapped read-only and unlinked at once (file pages the kernel writes
+        back and drops as it needs; nothing is left behind, whatever ends the process)."""
+        if self._lengths is not None or self.num_sequences <= _COPY_BELOW:
+            return self.sequence_lengths
+        path = temporary_path(os.path.join(folder, "lengths.npy"))
+        try:
+            os.makedirs(folder, exist_ok=True)
+            with open(path, "wb") as f:
+                intact = self._copy_lengths_to(f)
+            lengths = np.memmap(path, LENGTH_DTYPE, "r", shape=(self.num_sequences,)) if intact else None
+        except OSError as error:  # a folder that takes no file, or no more: the copy in memory
+            warn_once(f"lengths of {self.idx_path} copied in memory, not in {folder}: {error}", stacklevel=3)
+            return self.sequence_lengths
+        finally:
+            remove_quietly(path)
+        if lengths is None:  # as sequence_lengths says it
+            raise FormatError(self.idx_path, "sequence_lengths", f"lengths >= 0 adding up to the "
+                              f"{self._num_tokens} tokens validated on open", "other lengths",
+                              offset=self._lengths_at, hint="the index was rewritten while in use; reopen it")
+        return lengths
+
+    def _copy_lengths_to(self, f) -> bool:
+        """Writes the lengths to ``f`` a chunk at a time; False when they are not those validated
+        on open (a negative one, or another total: the file was rewritten in place since)."""
+        total = 0
+        for begin in range(0, self.num_sequences, _VALIDATE_CHUNK):
+            chunk = self._table(self._lengths_at, LENGTH_DTYPE, begin, min(begin + _VALIDATE_CHUNK, self.num_sequences))
+            if chunk.min() < 0:
+                return False
+            total += int(chunk.sum(dtype=np.int64))
+            f.write(chunk.data)
+        return total == self._num_tokens
 
     @property
     def lengths_view(self):
@@ -523,13 +572,6 @@ class IndexedFile:
             raise FormatError(self.idx_path, f"document {i}", "a token range inside the .bin", [begin, end],
                               hint="the index was rewritten while in use; reopen it")
         return self._bin.read(begin, end - begin)
-
-    def strided_fingerprint(self) -> dict:
-        """token_source.lengths_fingerprint of the lengths, from the strided entries it hashes
-        (up to HASHED_LENGTHS of them), not a copy of them all."""
-        step = fingerprint_stride(self.num_sequences)
-        strided = self._lengths_of(np.arange(0, self.num_sequences, step, dtype=np.int64))
-        return fingerprint_of(self.num_sequences, self._num_tokens, step, strided)
 
     def _lengths_of(self, ids) -> np.ndarray:
         if self._lengths is not None:
@@ -717,7 +759,7 @@ class OpeningRecord:
         # idx_path: which file the record is of, for `mmidx cache` (megatron/cache_folder.py)
         # to tell whether any file still has the identity it is keyed by.
         fields = {**self._expected_fields(), "num_tokens": indexed.num_tokens,
-                  "fingerprint": indexed.strided_fingerprint(), "lengths_digest": indexed.lengths_digest,
+                  "fingerprint": indexed._validated_fingerprint, "lengths_digest": indexed.lengths_digest,
                   "idx_path": os.path.abspath(indexed.idx_path)}
         try:
             array_cache.save_arrays(self.meta_path, {}, {}, fields)

@@ -53,8 +53,9 @@ def lengths_fingerprint(lengths: np.ndarray) -> dict:
     counts and a sha256 of up to HASHED_LENGTHS strided lengths (as int64). One pass over the
     lengths; format.IndexedFile records it with its index cache, so a warm open reads none."""
     lengths = np.asarray(lengths)
-    step = fingerprint_stride(len(lengths))
-    return fingerprint_of(len(lengths), int(lengths.sum(dtype=np.int64)), step, lengths[::step])
+    fingerprint = Fingerprint(len(lengths))
+    fingerprint.update(lengths[::fingerprint.step])
+    return fingerprint.result(int(lengths.sum(dtype=np.int64)))
 
 
 def fingerprint_stride(num_sequences: int) -> int:
@@ -62,13 +63,20 @@ def fingerprint_stride(num_sequences: int) -> int:
     return max(1, -(-num_sequences // HASHED_LENGTHS))
 
 
-def fingerprint_of(num_sequences: int, num_tokens: int, step: int, strided) -> dict:
-    """:func:`lengths_fingerprint` from its parts: for a source that reads just the strided
-    lengths (``lengths[::step]``) and knows its token count."""
-    digest = hashlib.sha256(f"{num_sequences}:{step}:".encode())
-    digest.update(np.ascontiguousarray(strided, dtype=np.int64).data)
-    return {"num_sequences": int(num_sequences), "num_tokens": int(num_tokens),
-            "lengths_sha256": digest.hexdigest()[:16]}
+class Fingerprint:
+    """:func:`lengths_fingerprint` made as the lengths are read a chunk at a time: give
+    :meth:`update` every ``step``-th length, in order, then :meth:`result` the token count."""
+
+    def __init__(self, num_sequences: int):
+        self.num_sequences, self.step = int(num_sequences), fingerprint_stride(num_sequences)
+        self._digest = hashlib.sha256(f"{self.num_sequences}:{self.step}:".encode())
+
+    def update(self, strided) -> None:
+        self._digest.update(np.ascontiguousarray(strided, dtype=np.int64).data)
+
+    def result(self, num_tokens: int) -> dict:
+        return {"num_sequences": self.num_sequences, "num_tokens": int(num_tokens),
+                "lengths_sha256": self._digest.hexdigest()[:16]}
 
 
 def first_bad(mask: np.ndarray) -> int:
@@ -310,6 +318,18 @@ class _ConcatenatedLengths:
         return out
 
 
+def lengths_to_build_from(source, folder: str | None):
+    """A source's lengths for a build of sampling indices: a large pair's spilled to a mapped,
+    unlinked file of ``folder`` (IndexedFile.spilled_lengths: not 4 bytes a sequence of the
+    process's memory), through ranges and one-part concatenations; else ``sequence_lengths``."""
+    if isinstance(source, Concatenated) and len(source.parts) == 1:
+        return lengths_to_build_from(source.parts[0], folder)
+    if isinstance(source, SequenceRange):
+        return lengths_to_build_from(source.source, folder)[source.begin:source.end]
+    spill = getattr(source, "spilled_lengths", None)
+    return spill(folder) if spill is not None and folder is not None else source.sequence_lengths
+
+
 def lengths_digest(source) -> str:
     """array_cache.array_digest of a source's lengths, or a digest that stands for them as
     well: what sampling indices are keyed by. A pair's comes from its validation or its record
@@ -412,6 +432,7 @@ def check_still_named(source) -> None:
             raise replaced_error(path, opened, now)
 
 
-__all__ = ["Concatenated", "SequenceRange", "TokenSource", "check_opened", "check_pieces", "check_still_named",
-           "combined_identity", "file_identities", "fingerprint_of", "fingerprint_stride", "first_bad", "index_files",
-           "lengths_digest", "lengths_fingerprint", "lengths_identity", "lengths_view", "sequence_count"]
+__all__ = ["Concatenated", "Fingerprint", "SequenceRange", "TokenSource", "check_opened", "check_pieces", "check_still_named",
+           "combined_identity", "file_identities", "fingerprint_stride", "first_bad", "index_files",
+           "lengths_digest", "lengths_fingerprint", "lengths_identity", "lengths_to_build_from", "lengths_view",
+           "sequence_count"]

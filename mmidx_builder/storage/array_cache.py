@@ -39,6 +39,8 @@ A damaged cache is never served: it is reported with a warning naming the file a
 from __future__ import annotations
 
 import ctypes
+import errno
+import io
 import json
 import math
 import mmap
@@ -52,7 +54,8 @@ import numpy as np
 import xxhash
 
 from ..errors import OutOfSpaceError
-from .files import failure_words, free_bytes, out_of_room, remove_quietly, remove_stale_temporaries, write_atomically
+from .files import (failure_words, free_bytes, out_of_room, remove_quietly, remove_stale_temporaries, temporary_path,
+                    write_atomically)
 
 DIGEST_KEY = "xxh3_128"
 # A file changed this recently may share its timestamps with a write still to come.
@@ -149,9 +152,7 @@ def save_arrays(meta_path: str, array_paths: dict[str, str], arrays: dict[str, n
                                    DIGEST_KEY: array_digest(array)}
                 if offsets[name] is not None:
                     described[name]["offset"] = offsets[name]
-        meta = {**fields, "arrays": described}
-        meta[DIGEST_KEY] = _meta_digest(meta)
-        write_atomically(meta_path, _meta_text(meta))
+        _write_meta(meta_path, fields, described)
     except OSError as error:
         for path in written:
             remove_quietly(path)
@@ -161,6 +162,17 @@ def save_arrays(meta_path: str, array_paths: dict[str, str], arrays: dict[str, n
         needed = sum(np.asarray(a).nbytes + 128 for a in arrays.values()) + 4096  # .npy headers, the meta file
         raise OutOfSpaceError(folder, needed, free_bytes(folder), "the index cache",
                               failed=failure_words(cause)) from error
+    return _mapped(array_paths, described)
+
+
+def _write_meta(meta_path: str, fields: dict, described: dict) -> None:
+    meta = {**fields, "arrays": described}
+    meta[DIGEST_KEY] = _meta_digest(meta)
+    write_atomically(meta_path, _meta_text(meta))
+
+
+def _mapped(array_paths: dict[str, str], described: dict) -> dict[str, np.ndarray]:
+    """The arrays just written, as read-only maps of their files (not read back)."""
     mapped = {}
     for path, names in _by_path(array_paths).items():
         whole = map_npy(path)
@@ -168,6 +180,99 @@ def save_arrays(meta_path: str, array_paths: dict[str, str], arrays: dict[str, n
             mapped[name] = whole if len(names) == 1 else _packed_array(whole, described[name])
             _remember_digest(mapped[name], described[name][DIGEST_KEY])
     return mapped
+
+
+class PackedInPlace:
+    """:func:`save_arrays` of packed arrays built where they are kept: a cache too large to
+    build in the process's own memory (the sampling indices of a billion documents, ~6 GB)
+    is made as its file from the start, and its arrays are handed out as writable maps of
+    it, file pages the kernel writes back and drops as it needs, not anonymous memory::
+
+        with PackedInPlace(meta_path, path) as packed:
+            arrays = packed.allocate({"a": (np.int32, (n,)), ...})
+            ... fill arrays ...
+            mapped = packed.commit(fields)   # read-only maps, as save_arrays returns
+
+    The file's blocks are reserved first (``posix_fallocate``): a full disk is an
+    OutOfSpaceError there, never a SIGBUS at a write through the map. Where the file system
+    cannot reserve blocks, :meth:`allocate` returns None and nothing is left behind (the
+    caller builds in memory). Until :meth:`commit` the file has a hidden temporary name,
+    removed on any failure, so a reader never sees half a cache."""
+
+    def __init__(self, meta_path: str, path: str):
+        self.meta_path, self.path = meta_path, path
+        self._temporary, self._map, self._described = None, None, None
+
+    def __enter__(self):
+        return self
+
+    def allocate(self, layout: dict[str, tuple]) -> dict[str, np.ndarray] | None:
+        """Writable arrays of ``layout`` (name -> (dtype, shape)), or None (see above)."""
+        shapes = {name: (np.dtype(dtype), tuple(int(n) for n in shape)) for name, (dtype, shape) in layout.items()}
+        offsets, size = _packed_layout({name: _Nbytes(dtype, shape) for name, (dtype, shape) in shapes.items()})
+        folder = os.path.dirname(self.path) or "."
+        os.makedirs(folder, exist_ok=True)
+        header = io.BytesIO()
+        np.lib.format.write_array_header_1_0(header, {"descr": "|u1", "fortran_order": False, "shape": (size,)})
+        self._temporary = temporary_path(self.path)
+        fd = os.open(self._temporary, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            os.write(fd, header.getvalue())
+            try:
+                if size:
+                    os.posix_fallocate(fd, len(header.getvalue()), size)
+            except OSError as error:
+                if out_of_room(error) is not None:
+                    raise OutOfSpaceError(folder, len(header.getvalue()) + size, free_bytes(folder), "the index cache",
+                                          failed=failure_words(error)) from error
+                if error.errno in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+                    self._abandon()
+                    return None
+                raise
+        finally:
+            os.close(fd)
+        self._map = np.memmap(self._temporary, np.uint8, "r+", offset=len(header.getvalue()), shape=(size,))
+        self._described = {name: {"dtype": dtype.str, "shape": list(shape), "offset": offsets[name]}
+                           for name, (dtype, shape) in shapes.items()}
+        flat = np.asarray(self._map)
+        return {name: flat[offsets[name]:offsets[name] + _Nbytes(dtype, shape).nbytes].view(dtype).reshape(shape)
+                for name, (dtype, shape) in shapes.items()}
+
+    def commit(self, fields: dict) -> dict[str, np.ndarray]:
+        """Digests the arrays, puts the file in place and writes the meta file; returns the
+        arrays as read-only maps."""
+        flat = np.asarray(self._map)
+        for entry in self._described.values():
+            dtype, shape = np.dtype(entry["dtype"]), tuple(entry["shape"])
+            nbytes = _Nbytes(dtype, shape).nbytes
+            entry[DIGEST_KEY] = array_digest(flat[entry["offset"]:entry["offset"] + nbytes].view(dtype).reshape(shape))
+        self._map.flush()  # written back before the file takes its name
+        self._map = None  # unmapped with the caller's last writable view
+        os.replace(self._temporary, self.path)
+        self._temporary = None
+        paths = {name: self.path for name in self._described}
+        try:
+            _write_meta(self.meta_path, fields, self._described)
+        except OSError:
+            remove_quietly(self.path)
+            raise
+        return _mapped(paths, self._described)
+
+    def _abandon(self) -> None:
+        self._map = None  # its pages go with the file
+        if self._temporary is not None:
+            remove_quietly(self._temporary)
+            self._temporary = None
+
+    def __exit__(self, *exc) -> None:
+        self._abandon()
+
+
+class _Nbytes:
+    """What _packed_layout asks of an array (its byte count), for arrays not made yet."""
+
+    def __init__(self, dtype, shape):
+        self.nbytes = np.dtype(dtype).itemsize * math.prod(shape)
 
 
 def _by_path(array_paths: dict[str, str]) -> dict[str, list[str]]:
@@ -446,4 +551,4 @@ def _damaged(path: str, problem: str) -> None:
     return None
 
 
-__all__ = ["array_digest", "digest_of_parts", "load_arrays", "recorded_digest", "save_arrays", "settled"]
+__all__ = ["PackedInPlace", "array_digest", "digest_of_parts", "load_arrays", "recorded_digest", "save_arrays", "settled"]
