@@ -153,7 +153,8 @@ def test_the_index_cache_is_no_larger_than_megatron_cores(big, megatron, tmp_pat
 def test_a_cold_build_holds_no_index_array_in_the_process(big, tmp_path, monkeypatch, in_place):
     """Issue 43 item 5: large sampling indices are built in their cache file, from lengths
     spilled to a mapped file, so the process's own memory (numpy's allocations, traced) holds
-    chunks, not arrays of the corpus's size (a billion documents: ~10 GB of them)."""
+    the document index while it is shuffled (a file's pages take random writes ~10x slower)
+    and chunks, not every array of the corpus's size (a billion documents: ~10 GB of them)."""
     import tracemalloc
     from mmidx_builder.megatron import sampling
 
@@ -173,8 +174,9 @@ def test_a_cold_build_holds_no_index_array_in_the_process(big, tmp_path, monkeyp
     assert len(row["input_ids"]) == LENGTH + 1
     arrays = sum(os.path.getsize(tmp_path / n) for n in os.listdir(tmp_path) if n.endswith("-indices.npy"))
     assert arrays > 3 * 12 * SEQUENCES  # document, sample and shuffle index: 4 + 8 + 4 bytes a sample here
+    shuffled = 3 * 4 * SEQUENCES  # the document index: 4 bytes a sequence an epoch
     if in_place:
-        assert peak < arrays / 4, f"{peak / 2**20:.1f} MiB allocated for {arrays / 2**20:.1f} MiB of indices"
+        assert peak < shuffled + 32 * 2**20, f"{peak / 2**20:.1f} MiB allocated for {arrays / 2**20:.1f} MiB of indices"
     else:  # what the goal is measured against: the arrays in memory, and the lengths
         assert peak > arrays, f"{peak / 2**20:.1f} MiB allocated for {arrays / 2**20:.1f} MiB of indices"
 

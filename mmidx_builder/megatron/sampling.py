@@ -206,16 +206,15 @@ def _as_lengths(sequence_lengths, check_values: bool = True) -> np.ndarray:
 
 
 def build_document_index(num_sequences: int, num_epochs: int, rng: np.random.RandomState,
-                         separate_final_epoch: bool, out: np.ndarray | None = None) -> np.ndarray:
+                         separate_final_epoch: bool) -> np.ndarray:
     """Sequence ids ``0..num_sequences-1`` once per epoch, shuffled as megatron-core does.
 
     Equals ``gpt_dataset._build_document_index(arange(N, int32), ...)``: one ``rng.shuffle``
     over all epochs, or with ``separate_final_epoch`` one over the first ``num_epochs - 1``
     and then one over the last. Shuffled in place, in int32 from the start (megatron-core
-    builds int64 grids first), so the array itself is the peak (``out``: an int32 array of
-    ``num_epochs * num_sequences`` to build it in).
+    builds int64 grids first), so the array itself is the peak.
     """
-    index = np.empty(num_epochs * num_sequences, np.int32) if out is None else out
+    index = np.empty(num_epochs * num_sequences, np.int32)
     ascending = np.arange(min(num_sequences, _CHUNK), dtype=np.int32)
     for epoch in range(num_epochs):  # a chunk at a time: no temporary of 4 bytes a sequence
         for begin in range(0, num_sequences, _CHUNK):
@@ -297,12 +296,10 @@ def shuffle_index_dtype(total_size: int) -> np.dtype:
     return np.dtype(np.uint32 if total_size < np.iinfo(np.uint32).max - 1 else np.int64)
 
 
-def build_shuffle_index(num_samples: int, total_size: int, rng: np.random.RandomState,
-                        out: np.ndarray | None = None) -> np.ndarray:
+def build_shuffle_index(num_samples: int, total_size: int, rng: np.random.RandomState) -> np.ndarray:
     """``gpt_dataset._build_shuffle_index``: ``arange(total_size)`` with ``[0, num_samples)``
-    shuffled, then ``[num_samples, total_size)`` shuffled apart (``out``: an array of
-    ``total_size`` in :func:`shuffle_index_dtype` to build it in)."""
-    index = np.empty(total_size, shuffle_index_dtype(total_size)) if out is None else out
+    shuffled, then ``[num_samples, total_size)`` shuffled apart; uint32 unless that is too small."""
+    index = np.empty(total_size, shuffle_index_dtype(total_size))
     for begin in range(0, total_size, _CHUNK):  # a chunk at a time: no full-size temporary
         stop = min(begin + _CHUNK, total_size)
         index[begin:stop] = np.arange(begin, stop, dtype=index.dtype)
@@ -331,6 +328,15 @@ def _check_memory(num_sequences: int, num_epochs: int, total_samples: int) -> No
             f"the sampling indices for {total_samples:,} samples ({num_epochs:,} epoch(s) of {num_sequences:,} "
             f"sequences) need {needed / 2**30:,.1f} GiB of memory, more than this machine's "
             f"{available / 2**30:,.1f} GiB; ask for fewer samples or epochs")
+
+
+def _kept_in(out: np.ndarray | None, built: np.ndarray) -> np.ndarray:
+    """``built`` copied into ``out`` (when given, else ``built`` itself), a chunk at a time."""
+    if out is None:
+        return built
+    for begin in range(0, len(built), _CHUNK << 4):
+        out[begin:begin + (_CHUNK << 4)] = built[begin:begin + (_CHUNK << 4)]
+    return out
 
 
 # The steps of a build, in order (what a progress bar names).
@@ -366,15 +372,18 @@ def build_indices(sequence_lengths: np.ndarray, *, seq_length: int, seed: int, n
         arrays = {name: None for name in layout}
     rng = np.random.RandomState(seed)
     on_step("documents")
-    document_index = build_document_index(len(sizes), num_epochs, rng, separate, out=arrays["document_index"])
-    on_step("samples")
-    sample_index = build_sample_index(sizes, document_index, seq_length, num_epochs * tokens_per_epoch, extra,
-                                      out=arrays["sample_index"])
+    # Shuffled in the process's memory even when built in its file: a shuffle's random writes
+    # to a file's pages run ~10x slower (each page written back and faulted again). Then
+    # copied there, and the memory handed back before the next array is made.
+    document_index = _kept_in(arrays["document_index"], build_document_index(len(sizes), num_epochs, rng, separate))
     if num_samples > total:  # cannot happen after count_samples; kept as a clear message, not garbage
         raise ParameterError(f"num_samples={num_samples} exceeds the {total} samples that {num_epochs} epoch(s) "
                              f"of {tokens_per_epoch} tokens hold at seq_length {seq_length}; ask for fewer")
+    on_step("samples")
+    sample_index = build_sample_index(sizes, document_index, seq_length, num_epochs * tokens_per_epoch, extra,
+                                      out=arrays["sample_index"])
     on_step("shuffle")
-    shuffle_index = build_shuffle_index(sans_final if separate else total, total, rng, out=arrays["shuffle_index"])
+    shuffle_index = _kept_in(arrays["shuffle_index"], build_shuffle_index(sans_final if separate else total, total, rng))
     return SamplingIndices(seq_length=int(seq_length), add_extra_token=bool(extra), num_epochs=num_epochs,
                            num_samples=num_samples, separate_final_epoch=separate,
                            document_index=document_index, sample_index=sample_index, shuffle_index=shuffle_index)

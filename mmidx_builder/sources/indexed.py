@@ -272,8 +272,11 @@ class IndexedFile:
                           self.identities if opener is None else None, self.cache_dir))
 
     def _table(self, offset: int, dtype: np.dtype, begin: int, end: int) -> np.ndarray:
-        """Items ``begin:end`` of the index's table of ``dtype`` at byte ``offset``."""
-        return self._index.read(offset + dtype.itemsize * begin, end - begin, dtype)
+        """Items ``begin:end`` of the index's table of ``dtype`` at byte ``offset``, for a pass
+        over the whole table: read past the map where the index can (MappedFile.read_through),
+        so that a pass leaves none of the file's pages in this process's resident memory."""
+        read = getattr(self._index, "read_through", self._index.read)
+        return read(offset + dtype.itemsize * begin, end - begin, dtype)
 
     def _validate(self, keep_lengths: bool = False) -> int:
         """Checks the whole index, a chunk of sequences at a time; returns the token count and

@@ -179,6 +179,20 @@ class MappedFile:
         gather([self], None, *runs, out)
         return out
 
+    def read_through(self, offset: int, count: int, dtype) -> np.ndarray:
+        """:meth:`read` with ``pread``, not through the map: for a pass over a large file (the
+        validation of an ``.idx``), whose pages then stay out of this process's resident memory
+        (a copy out of the map maps every page it reads: the whole file, by the pass's end)."""
+        out = np.empty(count, dtype)
+        if out.nbytes:
+            if offset < 0 or offset + out.nbytes > self.size:
+                raise FormatError(self.path, "byte range", f"a range within the {self.size} bytes of the file",
+                                  f"{out.nbytes} bytes at byte {offset}", offset=offset)
+            with _POOL.using([self]):
+                _gather_pread([self], None, np.array([offset], np.int64), np.array([out.nbytes], np.int64), out,
+                              np.zeros(1, np.int64))
+        return out
+
     def entries(self, offset: int, dtype, ids) -> np.ndarray:
         """Items ``ids`` of the table of ``dtype`` that starts at byte ``offset``: a new array."""
         ids = np.asarray(ids, np.int64)
