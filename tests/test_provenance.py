@@ -140,3 +140,32 @@ def test_a_sidecar_added_later_is_seen_by_the_arrow_cache(tmp_path):
     assert provenance.dataset_record(load())["eod_id"] is None
     provenance.write_sidecar(prefix, tokenizer="t", vocab_size=100, eod_id=7, append_eod=True)
     assert provenance.dataset_record(load())["eod_id"] == 7
+
+
+def test_a_split_ranges_fingerprint_recorded_with_its_indices_is_the_one_computed(tmp_path, monkeypatch):
+    """A split's range of a pair has no fingerprint of its own in the pair's record: it is kept
+    with the range's sampling indices (a warm open of a 1,000-prefix blend made each by a pass
+    over the range's lengths: 1.2 s). Cold, warm and computed as before are one fingerprint, so
+    a training state saved by either resumes under the other."""
+    import time
+
+    from mmidx_builder.sources.token_source import SequenceRange
+
+    rng = np.random.default_rng(8)
+    prefixes = []
+    for name in "ab":
+        prefixes.append(str(tmp_path / f"{name}_text_document"))
+        write_documents(prefixes[-1], [rng.integers(1, 500, n) for n in rng.integers(1, 90, 400)], dtype=np.uint16)
+    time.sleep(2.2)  # settled: the pairs' records are written and used
+    call = dict(data_path=prefixes, split_ratios="90,8,2", seq_length=16, seed=3, streaming=True,
+                index_cache_dir=str(tmp_path / "indices"), cache_dir=str(tmp_path / "hf"))
+
+    def order(split):
+        return provenance.dataset_record(load_dataset("mmidx", split=split, **call))["order"]
+
+    cold = {split: order(split) for split in ("train", "validation")}
+    warm = {split: order(split) for split in ("train", "validation")}
+    monkeypatch.setattr(SequenceRange, "lengths_fingerprint", property(lambda self: None))
+    computed = {split: order(split) for split in ("train", "validation")}
+    assert cold == warm == computed
+    assert all(len(cold[split]["sources"]) == 2 for split in cold)

@@ -43,8 +43,8 @@ from ..storage.files import temporary_path
 from ..checks import check_int, check_seed
 from ..errors import FormatError, OutOfSpaceError, ParameterError
 from ..progress import Steps
-from ..sources.token_source import (index_files, lengths_digest, lengths_identity, lengths_to_build_from, lengths_view,
-                                   sequence_count)
+from ..sources.token_source import (index_files, lengths_digest, lengths_fingerprint, lengths_identity,
+                                   lengths_to_build_from, lengths_view, sequence_count)
 
 __all__ = [
     "SamplingIndices",
@@ -167,6 +167,9 @@ class SamplingIndices:
 
     ``num_samples`` is what training consumes: training positions ``0 .. num_samples - 1``
     (``shuffle_index`` may hold more, as megatron-core builds every sample of its epochs).
+    ``lengths_fingerprint``: token_source.lengths_fingerprint of the lengths they were built
+    from, when asked for (:func:`load_or_build_source_indices`): kept with the cache, so that
+    a warm open of a split's range (whose pair records only its whole fingerprint) makes none.
     """
 
     seq_length: int
@@ -177,6 +180,7 @@ class SamplingIndices:
     document_index: np.ndarray
     sample_index: np.ndarray
     shuffle_index: np.ndarray
+    lengths_fingerprint: dict | None = None
 
     @property
     def sample_length(self) -> int:
@@ -426,7 +430,8 @@ def _load_cached(paths: dict[str, str], num_sequences: int) -> SamplingIndices |
         return None
     meta, arrays = loaded
     try:
-        indices = SamplingIndices(**{k: meta[k] for k in _META_FIELDS}, **arrays)
+        indices = SamplingIndices(**{k: meta[k] for k in _META_FIELDS}, **arrays,
+                                  lengths_fingerprint=meta.get(FINGERPRINT_FIELD))
         consistent = (indices.document_index.shape == (indices.num_epochs * num_sequences,)
                       and indices.sample_index.ndim == 2 and indices.sample_index.shape[1] == 2
                       and indices.shuffle_index.shape == (indices.total_samples,)
@@ -446,6 +451,8 @@ def _cache_fields(indices: SamplingIndices, files: list[str] | None) -> dict:
     fields = {name: getattr(indices, name) for name in _META_FIELDS}
     if files is not None:
         fields[FILES_FIELD] = list(files)
+    if indices.lengths_fingerprint is not None:
+        fields[FINGERPRINT_FIELD] = indices.lengths_fingerprint
     return fields
 
 
@@ -455,6 +462,7 @@ def _save_cached(paths: dict[str, str], indices: SamplingIndices, files: list[st
 
 
 FILES_FIELD = "files"
+FINGERPRINT_FIELD = "lengths_fingerprint"
 
 
 def save_indices(indices: SamplingIndices, directory: str | os.PathLike) -> list[str]:
@@ -496,10 +504,11 @@ def _built(sizes, label: str, build_kwargs: dict, allocate=None) -> SamplingIndi
 IN_PLACE_BYTES = 1 << 28
 
 
-def _built_and_cached(paths: dict[str, str], sizes, label: str, build_kwargs: dict, files, cache_dir
-                      ) -> SamplingIndices:
+def _built_and_cached(paths: dict[str, str], sizes, label: str, build_kwargs: dict, files, cache_dir,
+                      fingerprint: bool = False) -> SamplingIndices:
     """:func:`_built`, then cached: in their file from the start when large (IN_PLACE_BYTES),
-    else written after. A cache that cannot be written is skipped with a warning."""
+    else written after. A cache that cannot be written is skipped with a warning.
+    ``fingerprint``: the lengths' fingerprint is recorded with them (SamplingIndices)."""
     with array_cache.PackedInPlace(paths["meta"], paths["document_index"]) as packed:
         in_place = []
 
@@ -517,6 +526,8 @@ def _built_and_cached(paths: dict[str, str], sizes, label: str, build_kwargs: di
             return arrays
 
         indices = _built(sizes, label, build_kwargs, allocate)
+        if fingerprint:
+            indices = dataclasses.replace(indices, lengths_fingerprint=lengths_fingerprint(sizes))
         if in_place == [True]:
             try:
                 mapped = packed.commit(_cache_fields(indices, files))
@@ -536,7 +547,7 @@ def _built_and_cached(paths: dict[str, str], sizes, label: str, build_kwargs: di
 def load_or_build_indices(sequence_lengths, *, cache_dir: str | os.PathLike | None, identity: str,
                           label: str = "sampling indices", files: list[str] | None = None,
                           num_sequences: int | None = None, lengths_digest: str | None = None,
-                          **build_kwargs) -> SamplingIndices:
+                          record_fingerprint: bool = False, **build_kwargs) -> SamplingIndices:
     """:func:`build_indices`, cached in ``cache_dir`` (None: no cache). A build that takes more
     than a couple of seconds shows a progress bar named ``label`` (progress.Steps).
 
@@ -563,7 +574,9 @@ def load_or_build_indices(sequence_lengths, *, cache_dir: str | os.PathLike | No
         num_sequences, lengths_digest = len(sizes), _lengths_digest(sizes)
         make_lengths = lambda: sizes  # noqa: E731
     if cache_dir is None:
-        return _built(make_lengths(), label, build_kwargs)
+        sizes = make_lengths()
+        indices = _built(sizes, label, build_kwargs)
+        return dataclasses.replace(indices, lengths_fingerprint=lengths_fingerprint(sizes)) if record_fingerprint else indices
     unknown = set(build_kwargs) - {"seq_length", "seed", "num_epochs", "num_samples", "add_extra_token"}
     if unknown:
         raise TypeError(f"load_or_build_indices() got unexpected arguments {sorted(unknown)}")
@@ -575,7 +588,7 @@ def load_or_build_indices(sequence_lengths, *, cache_dir: str | os.PathLike | No
     cached = _load_cached(paths, num_sequences)
     if cached is not None:
         return cached
-    return _built_and_cached(paths, make_lengths(), label, build_kwargs, files, cache_dir)
+    return _built_and_cached(paths, make_lengths(), label, build_kwargs, files, cache_dir, record_fingerprint)
 
 
 def load_or_build_source_indices(source, *, cache_dir: str | os.PathLike | None, label: str = "sampling indices",
@@ -587,7 +600,7 @@ def load_or_build_source_indices(source, *, cache_dir: str | os.PathLike | None,
     return load_or_build_indices(lambda: lengths_to_build_from(source, folder), cache_dir=cache_dir,
                                  identity=lengths_identity(source),
                                  files=index_files(source), label=label, num_sequences=sequence_count(source),
-                                 lengths_digest=lengths_digest(source), **build_kwargs)
+                                 lengths_digest=lengths_digest(source), record_fingerprint=True, **build_kwargs)
 
 
 # --- from indices to tokens --------------------------------------------------------------------

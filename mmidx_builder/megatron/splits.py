@@ -83,6 +83,7 @@ def build_split(plan: SplitPlan, sources: dict[str, TokenSource], *, seq_length:
         except ParameterError as error:
             raise ParameterError(f"split {plan.name!r}, {part.prefix} sequences [{ranged.begin}, {ranged.end}): "
                                  f"{error}") from None
+        ranged.recorded_fingerprint = indices.lengths_fingerprint  # provenance needs no pass over the range
         # A blend may draw any sample megatron-core built (len(GPTDataset) is every sample of
         # its epochs), not only the num_samples asked for.
         return dataclasses.replace(indices, num_samples=indices.total_samples)

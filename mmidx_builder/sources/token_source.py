@@ -194,6 +194,12 @@ class Concatenated:
             return sum(int(p.num_tokens) for p in self.parts)
         return int(self.sequence_lengths.sum(dtype=np.int64))
 
+    def tokens_between(self, begin: int, end: int) -> int:
+        """Tokens in sequences ``begin:end``: one part's own count (a pair: two pointers)."""
+        if len(self.parts) == 1 and hasattr(self.parts[0], "tokens_between"):
+            return int(self.parts[0].tokens_between(begin, end))
+        return int(np.asarray(self.sequence_lengths[begin:end]).sum(dtype=np.int64))
+
     def read_pieces(self, sequence_ids, offsets, lengths, out: np.ndarray | None = None) -> np.ndarray:
         if len(self.parts) == 1:
             return self.parts[0].read_pieces(sequence_ids, offsets, lengths, out)
@@ -224,6 +230,8 @@ class SequenceRange:
         self.source, self.begin, self.end = source, int(begin), int(end)
         self.dtype = source.dtype
         self.identity = f"{source.identity}[{begin}:{end}]"
+        # The range's lengths_fingerprint as its sampling indices recorded it (megatron/splits.py).
+        self.recorded_fingerprint = None
 
     @property
     def remote(self) -> bool:
@@ -247,8 +255,9 @@ class SequenceRange:
 
     @property
     def lengths_fingerprint(self) -> dict | None:
-        """The source's recorded :func:`lengths_fingerprint` when the range is all of it."""
-        return getattr(self.source, "lengths_fingerprint", None) if self._whole else None
+        """The source's recorded :func:`lengths_fingerprint` when the range is all of it, else
+        the one recorded with the range's sampling indices (None: compute it)."""
+        return getattr(self.source, "lengths_fingerprint", None) if self._whole else self.recorded_fingerprint
 
     @property
     def num_tokens(self) -> int:
