@@ -49,7 +49,7 @@ from ..storage.mapped import MappedFile, gather
 from ..storage.pairs import OpenedPair, check_partners, open_pair, open_pairs  # noqa: F401  (check_partners: callers find it here)
 from ..dtypes import DTYPE_TABLES, FAIRSEQ_DTYPES, MEGATRON_DTYPES, Flavour, dtype_code, smallest_dtype, writer_dtype  # noqa: F401
 from ..errors import FormatError, MissingPartnerError, ParameterError
-from .token_source import Fingerprint, check_pieces, combined_identity, first_bad
+from .token_source import KEPT_LENGTHS, Fingerprint, check_pieces, combined_identity, first_bad
 
 MAGIC = b"MMIDIDX\x00\x00"
 # The provenance sidecar beside a pair (provenance.py): it describes one generation of the
@@ -150,10 +150,10 @@ _VALIDATE_CHUNK = 1 << 18
 _BLOCK_BITS = 8
 # An index of at most this many sequences keeps a copy of its lengths (and the starts made
 # from them) from its first read on: 8 MiB at most, and a read indexes arrays. A larger one
-# reads, at each read, the entries of the .idx its pieces need (two gathers of a few runs):
+# reads, at each read, the pointers of the .idx its pieces need (one gather, _spans_of):
 # a copy of its lengths would be 4 bytes a sequence in every rank (0.8 GB at 200M), and a
 # copy kept in the index cache would make that cache larger than megatron-core's (issue 43).
-_COPY_BELOW = 1 << 20
+_COPY_BELOW = KEPT_LENGTHS
 
 
 class IndexedFile:
@@ -208,7 +208,6 @@ class IndexedFile:
             self._num_tokens = record.num_tokens
         else:
             self._num_tokens = self._validate(keep_lengths=n <= _COPY_BELOW)
-            self.lengths_fingerprint = self._validated_fingerprint
             if record is not None:
                 record.save()
         self.identities = (index.identity, getattr(bin_reader, "identity", None) or file_identity(bin_path))
@@ -280,7 +279,7 @@ class IndexedFile:
 
     def _validate(self, keep_lengths: bool = False) -> int:
         """Checks the whole index, a chunk of sequences at a time; returns the token count and
-        sets :attr:`lengths_digest`. ``keep_lengths``: the lengths read are kept as
+        sets :attr:`lengths_digest` and :attr:`lengths_fingerprint`. ``keep_lengths``: the lengths read are kept as
         :attr:`sequence_lengths`'s copy."""
         h, itemsize = self.header, self.dtype.itemsize
         tokens = 0  # before the chunk
@@ -335,7 +334,7 @@ class IndexedFile:
             kept.flags.writeable = False
             self._lengths = kept
         self.lengths_digest = digest.hexdigest()
-        self._validated_fingerprint = fingerprint.result(tokens)
+        self.lengths_fingerprint = fingerprint.result(tokens)
         return tokens
 
     def _validate_documents(self, count: int) -> None:
@@ -372,9 +371,7 @@ class IndexedFile:
             # The file may have been rewritten in place since it was validated: the lengths
             # must still be those that keep every read inside the .bin.
             if len(lengths) and (lengths.min() < 0 or int(lengths.sum(dtype=np.int64)) != self._num_tokens):
-                raise FormatError(self.idx_path, "sequence_lengths", f"lengths >= 0 adding up to the "
-                                  f"{self._num_tokens} tokens validated on open", "other lengths",
-                                  offset=self._lengths_at, hint="the index was rewritten while in use; reopen it")
+                raise self._lengths_rewritten()
             lengths.flags.writeable = False
             if self.num_sequences > _COPY_BELOW:
                 return lengths
@@ -399,11 +396,14 @@ class IndexedFile:
             return self.sequence_lengths
         finally:
             remove_quietly(path)
-        if lengths is None:  # as sequence_lengths says it
-            raise FormatError(self.idx_path, "sequence_lengths", f"lengths >= 0 adding up to the "
-                              f"{self._num_tokens} tokens validated on open", "other lengths",
-                              offset=self._lengths_at, hint="the index was rewritten while in use; reopen it")
+        if lengths is None:
+            raise self._lengths_rewritten()
         return lengths
+
+    def _lengths_rewritten(self) -> FormatError:
+        return FormatError(self.idx_path, "sequence_lengths", f"lengths >= 0 adding up to the {self._num_tokens} "
+                           "tokens validated on open", "other lengths", offset=self._lengths_at,
+                           hint="the index was rewritten while in use; reopen it")
 
     def _copy_lengths_to(self, f) -> bool:
         """Writes the lengths to ``f`` a chunk at a time; False when they are not those validated
@@ -762,14 +762,12 @@ class OpeningRecord:
         # idx_path: which file the record is of, for `mmidx cache` (megatron/cache_folder.py)
         # to tell whether any file still has the identity it is keyed by.
         fields = {**self._expected_fields(), "num_tokens": indexed.num_tokens,
-                  "fingerprint": indexed._validated_fingerprint, "lengths_digest": indexed.lengths_digest,
+                  "fingerprint": indexed.lengths_fingerprint, "lengths_digest": indexed.lengths_digest,
                   "idx_path": os.path.abspath(indexed.idx_path)}
         try:
             array_cache.save_arrays(self.meta_path, {}, {}, fields)
         except OSError as error:
             warn_once(f"index of {indexed.idx_path} not recorded in {self.cache_dir}: {error}", stacklevel=4)
-            return
-        indexed.lengths_fingerprint = fields["fingerprint"]
 
 
 def _check_index(i: int, count: int, what: str, path: str) -> int:

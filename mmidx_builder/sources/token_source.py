@@ -120,10 +120,10 @@ def combined_identity(kind: str, parts: Sequence[str]) -> str:
     return f"{kind}:{digest.hexdigest()[:32]}"
 
 
-# A concatenation of at most this many sequences keeps the copy of its lengths it makes (as
-# format.IndexedFile keeps its own up to the same count); a larger one makes it anew when
-# asked (reads take lengths_view, which needs none).
-_KEPT_LENGTHS = 1 << 20
+# A source of at most this many sequences keeps the copy of its lengths it makes (a pair,
+# indexed.IndexedFile, or a concatenation); a larger one makes it anew when asked (reads take
+# lengths_view, which needs none).
+KEPT_LENGTHS = 1 << 20
 
 
 class Concatenated:
@@ -145,7 +145,7 @@ class Concatenated:
         self.dtype = parts[0].dtype
         # First global sequence id of each part, and the end.
         self.first_sequence = np.cumsum([0] + [sequence_count(p) for p in parts])
-        self._lengths = None  # kept when small (_KEPT_LENGTHS), made by sequence_lengths
+        self._lengths = None  # kept when small (KEPT_LENGTHS), made by sequence_lengths
         self.identity = parts[0].identity if len(parts) == 1 else combined_identity(
             "concatenated", [p.identity for p in parts])
 
@@ -158,7 +158,7 @@ class Concatenated:
         if self._lengths is not None:
             return self._lengths
         lengths = np.concatenate([p.sequence_lengths for p in self.parts])
-        if len(lengths) <= _KEPT_LENGTHS:
+        if len(lengths) <= KEPT_LENGTHS:
             self._lengths = lengths
         return lengths
 

@@ -201,7 +201,7 @@ class PackedInPlace:
 
     def __init__(self, meta_path: str, path: str):
         self.meta_path, self.path = meta_path, path
-        self._temporary, self._map, self._described = None, None, None
+        self._temporary, self._map, self._described, self._arrays = None, None, None, None
 
     def __enter__(self):
         return self
@@ -235,19 +235,17 @@ class PackedInPlace:
         self._described = {name: {"dtype": dtype.str, "shape": list(shape), "offset": offsets[name]}
                            for name, (dtype, shape) in shapes.items()}
         flat = np.asarray(self._map)
-        return {name: flat[offsets[name]:offsets[name] + _Nbytes(dtype, shape).nbytes].view(dtype).reshape(shape)
-                for name, (dtype, shape) in shapes.items()}
+        self._arrays = {name: flat[offsets[name]:offsets[name] + _Nbytes(dtype, shape).nbytes].view(dtype).reshape(shape)
+                        for name, (dtype, shape) in shapes.items()}
+        return self._arrays
 
     def commit(self, fields: dict) -> dict[str, np.ndarray]:
         """Digests the arrays, puts the file in place and writes the meta file; returns the
         arrays as read-only maps."""
-        flat = np.asarray(self._map)
-        for entry in self._described.values():
-            dtype, shape = np.dtype(entry["dtype"]), tuple(entry["shape"])
-            nbytes = _Nbytes(dtype, shape).nbytes
-            entry[DIGEST_KEY] = array_digest(flat[entry["offset"]:entry["offset"] + nbytes].view(dtype).reshape(shape))
+        for name, entry in self._described.items():
+            entry[DIGEST_KEY] = array_digest(self._arrays[name])
         self._map.flush()  # written back before the file takes its name
-        self._map = None  # unmapped with the caller's last writable view
+        self._map = self._arrays = None  # unmapped with the caller's last writable view
         os.replace(self._temporary, self.path)
         self._temporary = None
         paths = {name: self.path for name in self._described}
@@ -259,7 +257,7 @@ class PackedInPlace:
         return _mapped(paths, self._described)
 
     def _abandon(self) -> None:
-        self._map = None  # its pages go with the file
+        self._map = self._arrays = None  # its pages go with the file
         if self._temporary is not None:
             remove_quietly(self._temporary)
             self._temporary = None
