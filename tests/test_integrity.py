@@ -15,7 +15,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from mmidx_builder.errors import ParameterError
+from mmidx_builder.errors import FormatError, ParameterError
 from mmidx_builder.sources.indexed import MEGATRON_HEADER_SIZE, IndexedFile, write_documents
 
 # --- truncation of mapped files while streaming: an error or the right rows, never SIGBUS ---
@@ -227,6 +227,18 @@ def test_reading_an_index_of_over_a_million_sequences_keeps_nothing_per_sequence
     assert kept < 2**18, f"reads kept {kept / 2**20:.2f} MiB"
     with pytest.raises(ParameterError, match="asks for tokens"):
         indexed.read_pieces([count - 1], [0], [int(lengths[-1]) + 1])
+    # The .idx written in place (here its first pointer again, the same bytes: pointers changed
+    # that way could all stay inside the .bin): no copy shields the reads, so any write since
+    # the opening is refused at the next read.
+    time.sleep(0.05)  # past the clock tick of the opening, so the ctime moves
+    first_pointer = (MEGATRON_HEADER_SIZE if flavour == "megatron" else MEGATRON_HEADER_SIZE - 8) + 4 * count
+    with open(tmp_path / "big.idx", "r+b") as f:
+        f.seek(first_pointer)
+        data = f.read(8)
+        f.seek(first_pointer)
+        f.write(data)
+    with pytest.raises(FormatError, match="rewritten while in use"):
+        indexed.read_pieces(ids[:5], np.zeros(5, np.int64), lengths[ids[:5]])
 
 
 # --- two writers of one prefix: the second is refused, the pair is never mixed ---------
