@@ -36,10 +36,11 @@ find_python() {  # find_python 3.10 -> the path of a python3.10 that runs, or no
 
 # The test files that exercise datasets' internals and the interpreter: registration and its
 # hooks, the builders, every documented block, the remote reader.
-# On every core.
-# Tests dealt one by one (their module fixtures are cheap: files and loopback servers), so a
-# long file (test_remote.py, test_docs.py) does not leave a core idle.
-WORKERS=(-n "${MMIDX_TEST_WORKERS:-auto}" --dist load)
+# On every core, a test file's tests on one worker, as scripts/test.sh runs them: the blocks
+# of one documentation page build on each other (a later block reads what an earlier one
+# wrote), and dealt one by one they landed on different workers (docs/format.md:56 found no
+# data/tiny in one CI run).
+WORKERS=(-n "${MMIDX_TEST_WORKERS:-auto}" --dist loadfile)
 
 SUITES=(tests/test_registry.py tests/test_kind_settings.py tests/test_pair_paths.py tests/test_builder.py
         tests/test_docs.py tests/test_remote.py)
