@@ -2,6 +2,7 @@
 build_exhaustive_blending_indices), including the lane machinery forced into its corners
 (thousands of lanes, no warm-up so that chunks fail verification and are rerun), and the cache."""
 
+import json
 import os
 
 import numpy as np
@@ -191,3 +192,27 @@ def test_cache_that_cannot_be_written_warns(tmp_path):
     assert result.dataset_index.tolist() == [0, 0, 0]
     with pytest.raises(ParameterError, match="not both"):
         blending.load_or_build_blending_indices(cache_dir=None, weights=[1.0], size=3, sizes=[3])
+
+
+def test_a_cached_blend_records_what_it_draws_from_each_dataset(tmp_path, monkeypatch):
+    """The per-dataset counts (what build_split checks against each dataset's samples at every
+    open) come with a warm load from the meta file, equal to a count of dataset_index; a cache
+    written before they were recorded still loads, and is counted."""
+    weights = [0.2, 0.5, 0.3]
+    built = blending.load_or_build_blending_indices(cache_dir=tmp_path, weights=weights, size=5000)
+    expected = [int((np.asarray(built.dataset_index) == d).sum()) for d in range(3)]
+    counted = []
+    real_bincount = np.bincount
+    monkeypatch.setattr(blending.np, "bincount", lambda *a, **k: counted.append(1) or real_bincount(*a, **k))
+    again = blending.load_or_build_blending_indices(cache_dir=tmp_path, weights=weights, size=5000)
+    assert isinstance(again.dataset_index, np.memmap)
+    assert blending.drawn_counts(again, 3).tolist() == expected and counted == []  # recorded, not counted
+
+    from mmidx_builder.storage import array_cache
+    meta_path = next(tmp_path / f for f in os.listdir(tmp_path) if f.endswith("-blending.json"))
+    meta = json.loads(meta_path.read_text())
+    del meta["drawn"]  # as written before the counts were recorded, digest and all
+    array_cache._write_meta(str(meta_path), {k: meta[k] for k in ("kind", "size")}, meta["arrays"])
+    old = blending.load_or_build_blending_indices(cache_dir=tmp_path, weights=weights, size=5000)
+    assert isinstance(old.dataset_index, np.memmap) and old.drawn is None
+    assert blending.drawn_counts(old, 3).tolist() == expected and counted == [1]

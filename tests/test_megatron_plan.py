@@ -254,6 +254,21 @@ def test_a_split_without_sequences_is_refused_at_once_not_a_hang(tmp_path):
         build_split(plans["test"], {prefix: IndexedFile.open(prefix)}, seq_length=4, seed=1)
 
 
+def test_a_split_of_empty_sequences_is_refused_at_once_not_a_hang(tmp_path):
+    """The validation split's 30 sequences hold no token (megatron-core loops forever there too),
+    and tokens are counted only when sampling fails: a second open, its train indices cached,
+    still refuses validation with the split's own message."""
+    documents = [[1, 2, 3]] * 969 + [[]] * 30 + [[4]]
+    prefix = write_documents(tmp_path / "p_text_document", documents, dtype=np.uint16)
+    plans = mplan.megatron_plan(data_path=[prefix], split_ratios="969,30,1",
+                                 num_samples={"train": 10, "validation": 5, "test": 1})
+    for _ in range(2):
+        build_split(plans["train"], {prefix: IndexedFile.open(prefix)}, seq_length=4, seed=1, cache_dir=tmp_path / "c")
+        with pytest.raises(ParameterError, match=r"split 'validation' \(ratio 0.03\) gets sequences \[969, 999\).*no token"):
+            build_split(plans["validation"], {prefix: IndexedFile.open(prefix)}, seq_length=4, seed=1,
+                        cache_dir=tmp_path / "c")
+
+
 def test_weights_without_a_size_are_refused_as_megatron_core_does():
     with pytest.raises(ParameterError, match="requires client-specified size"):
         mplan.megatron_plan(data_path=["1", "A", "2", "B"], split_ratios="1", num_samples=None)

@@ -26,7 +26,7 @@ from ..parallel import in_threads
 from ..sources.token_source import SequenceRange, TokenSource, lengths_view, sequence_count
 from ..storage.remote import concurrently
 from .plan import SplitPlan, normalize, per_dataset_size, sequence_range
-from .blending_indices import BlendingIndices, load_or_build_blending_indices
+from .blending_indices import BlendingIndices, drawn_counts, load_or_build_blending_indices
 
 
 @dataclass(frozen=True, eq=False)
@@ -48,16 +48,22 @@ class BuiltSplit:
 
 
 def _part_source(plan: SplitPlan, part, source: TokenSource, prefix_label: str) -> SequenceRange:
-    num_sequences = sequence_count(source)
-    begin, end = sequence_range(part.bookend, num_sequences)
+    begin, end = sequence_range(part.bookend, sequence_count(source))
     ranged = SequenceRange(source, begin, end)
-    if end <= begin or ranged.num_tokens == 0:
-        # megatron-core loops forever in GPTDataset._get_num_epochs here (a size, no tokens).
-        raise ParameterError(
-            f"split {plan.name!r} (ratio {plan.ratio:.4g}) gets sequences [{begin}, {end}) of {prefix_label}, which "
-            f"has {num_sequences:,} sequences: that is {'no sequence' if end <= begin else 'no token'}. Raise the "
-            f"split's ratio, give the prefix more sequences, or set that split's ratio to 0 to leave it out")
+    if end <= begin:
+        raise _empty_range_error(plan, ranged, prefix_label)
     return ranged
+
+
+def _empty_range_error(plan: SplitPlan, ranged: SequenceRange, prefix_label: str) -> ParameterError:
+    """A split's range of a prefix with no sequence, or with sequences of no token: megatron-core
+    loops forever in GPTDataset._get_num_epochs there (a size, no tokens). Tokens are counted
+    only when sampling fails: a cached range had some, and counting costs two reads of the .idx."""
+    what = "no sequence" if ranged.end <= ranged.begin else "no token"
+    return ParameterError(
+        f"split {plan.name!r} (ratio {plan.ratio:.4g}) gets sequences [{ranged.begin}, {ranged.end}) of "
+        f"{prefix_label}, which has {sequence_count(ranged.source):,} sequences: that is {what}. Raise the "
+        f"split's ratio, give the prefix more sequences, or set that split's ratio to 0 to leave it out")
 
 
 def check_seq_length(seq_length: int) -> None:
@@ -81,6 +87,8 @@ def build_split(plan: SplitPlan, sources: dict[str, TokenSource], *, seq_length:
                 ranged, cache_dir=cache_dir, seq_length=seq_length, seed=seed, num_samples=part.num_samples,
                 add_extra_token=add_extra_token, label=f"{part.prefix} ({plan.name})")
         except ParameterError as error:
+            if ranged.num_tokens == 0:
+                raise _empty_range_error(plan, ranged, part.prefix) from None
             raise ParameterError(f"split {plan.name!r}, {part.prefix} sequences [{ranged.begin}, {ranged.end}): "
                                  f"{error}") from None
         ranged.recorded_fingerprint = indices.lengths_fingerprint  # provenance needs no pass over the range
@@ -109,8 +117,7 @@ def build_split(plan: SplitPlan, sources: dict[str, TokenSource], *, seq_length:
                                                   label=f"{len(plan.parts)} datasets ({plan.name})")
         rows = size
     if blending is not None:
-        drawn = np.bincount(np.asarray(blending.dataset_index, np.int64), minlength=len(lengths))
-        for part, available, count in zip(plan.parts, lengths, drawn.tolist()):
+        for part, available, count in zip(plan.parts, lengths, drawn_counts(blending, len(lengths)).tolist()):
             if count > available:
                 raise ParameterError(
                     f"split {plan.name!r}: the blend draws {count:,} samples from {part.prefix}, which has "

@@ -513,8 +513,13 @@ class IndexedFile:
         return starts
 
     def tokens_between(self, begin: int, end: int) -> int:
-        """Tokens in sequences ``begin:end`` (0 <= begin <= end <= N), from where they start."""
-        return self._start_of(end) - self._start_of(begin)
+        """Tokens in sequences ``begin:end`` (0 <= begin <= end <= N), from where they start
+        (both starts in one read of the .idx; the start of N is the token count)."""
+        if begin >= end:
+            return 0
+        inside = [sequence for sequence in (begin, end) if sequence < self.num_sequences]
+        starts = self._starts_of(np.array(inside, np.int64)).tolist() + [self._num_tokens]
+        return int(starts[1] - starts[0])
 
     def _start_of(self, sequence: int) -> int:
         """Token position where sequence ``sequence`` starts (the token count for N)."""
