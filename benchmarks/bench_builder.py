@@ -1,7 +1,7 @@
 """Builder throughput and memory against two ceilings measured in the same run.
 
     .venv/bin/python benchmarks/bench_builder.py [--tokens 100e6] [--lengths lognormal|uniform]
-                                                 [--repeats 5] [--workdir DIR]
+                                                 [--repeats 5] [--workdir DIR] [--index-sequences 5e6]
 
 One epoch of seq_length 2048 over a generated uint16 corpus (heavy-tailed lognormal document
 lengths, median 612 tokens, by default; uniform 1-2,000 with --lengths uniform). Every row is
@@ -25,6 +25,14 @@ Rows:
                       with_format("numpy") costs on top of the arrow row, whatever the reader
 Memory: the index build's peak of numpy allocations (tracemalloc), and the process's anonymous RSS
 (heap; the page cache of the mapped .bin is not counted) after every batch of a streaming pass.
+
+Index build against megatron-core (--index-sequences, default 5M lognormal lengths, 3 epochs; 0
+skips): sampling.build_indices against _build_document_index + the C++ helpers.build_sample_idx +
+_build_shuffle_index as GPTDataset calls them, best of --repeats, the two taking turns.
+
+Issue 43's goals for these paths are printed last, met or not: load_dataset and numpy_batches
+>= 0.8x the np.memmap window ceiling, with_format("numpy") >= 0.5x, the index build <= 0.8x
+megatron-core's time.
 """
 
 from __future__ import annotations
@@ -116,6 +124,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--lengths", choices=LENGTH_DISTRIBUTIONS, default="lognormal",
                         help="document lengths: heavy-tailed (the main case) or uniform 1-2000")
+    parser.add_argument("--index-sequences", type=float, default=5e6,
+                        help="sequences of the index build compared with megatron-core (0: not run)")
     args = parser.parse_args()
 
     import datasets
@@ -234,6 +244,56 @@ def main() -> None:
     print(f"| streaming, anonymous RSS before the pass | {heap_before:,.0f} | interpreter, datasets, pyarrow, torch |")
     print(f"| streaming, anonymous RSS peak | {max(memory):,.0f} | first quarter of the pass "
           f"{max(memory[:quarter]):,.0f}, last quarter {max(memory[-quarter:]):,.0f} (flat: nothing accumulates) |")
+
+    index_ratio = index_build_against_megatron(int(args.index_sequences), repeats) if args.index_sequences else None
+    goals = [("load_dataset (Arrow cache) / np.memmap windows", rates["load_dataset (Arrow cache)"] / memmap_rate,
+              ">=", 0.8),
+             ("numpy_batches on a stream / np.memmap windows",
+              rates["streaming, arrow -> numpy (recipe)"] / memmap_rate, ">=", 0.8),
+             ('with_format("numpy") on a stream / np.memmap windows',
+              rates["streaming, numpy (datasets)"] / memmap_rate, ">=", 0.5),
+             ("index build / megatron-core's (C++ sample index)", index_ratio, "<=", 0.8)]
+    print("\nissue 43's goals (item 6):\n| goal | measured | goal | verdict |\n|---|---|---|---|")
+    for name, value, sense, goal in goals:
+        if value is None:
+            print(f"| {name} | not run | {sense} {goal}x | - |")
+            continue
+        met = value >= goal if sense == ">=" else value <= goal
+        print(f"| {name} | {value:.2f}x | {sense} {goal}x | {'met' if met else 'not met'} |")
+
+
+def index_build_against_megatron(sequences: int, repeats: int) -> float | None:
+    """Best-of-``repeats`` time of sampling.build_indices over ``sequences`` lognormal lengths
+    (3 epochs, seq_length 2048) against megatron-core's GPTDataset steps, taking turns; the
+    arrays are checked equal. None (and a line saying why) without megatron-core."""
+    from bench_format import document_lengths
+    from bench_sampling import megatron_build
+
+    from mmidx_builder.megatron import sampling
+
+    try:
+        import megatron.core.datasets.helpers  # noqa: F401
+    except ImportError as error:
+        print(f"\nindex build: megatron-core not importable ({error}); not compared")
+        return None
+    sizes = document_lengths(np.random.default_rng(0), sequences, "lognormal").astype(np.int32)
+    best = {"ours": float("inf"), "megatron-core": float("inf")}
+    builds = {"ours": lambda: sampling.build_indices(sizes, seq_length=SEQ_LENGTH, seed=1234, num_epochs=3),
+              "megatron-core": lambda: megatron_build(sizes, 3, SEQ_LENGTH, 1234)}
+    results = {}
+    for _ in range(repeats):
+        for name, build in builds.items():
+            gc.collect()
+            start = time.perf_counter()
+            results[name] = build()
+            best[name] = min(best[name], time.perf_counter() - start)
+    ours, theirs = results["ours"], results["megatron-core"]
+    same = all(np.array_equal(a, b) for a, b in
+               zip((ours.document_index, ours.sample_index, ours.shuffle_index), theirs))
+    print(f"\nindex build, {sequences:,} lognormal sequences x 3 epochs ({ours.total_samples:,} samples), best of "
+          f"{repeats}: ours {best['ours']:.2f} s, megatron-core {best['megatron-core']:.2f} s "
+          f"({best['ours'] / best['megatron-core']:.2f}x); arrays {'identical' if same else 'DIFFERENT'}")
+    return best["ours"] / best["megatron-core"]
 
 
 if __name__ == "__main__":
