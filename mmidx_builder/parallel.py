@@ -1,5 +1,5 @@
 """Work spread over the cores in threads: a blend's prefixes opened (each ``.idx`` validated and
-recorded) and their indices built side by side (issue 43).
+recorded) and their indices built side by side, a weighted blend's indices beside them (issue 43).
 
 Threads, not processes: what the work spends its time in releases the GIL (numpy's shuffles,
 cumsums and copies, the kernel's copies out of the maps, xxh3 digests, file writes), and the
@@ -37,4 +37,19 @@ def in_threads(function, items) -> list:
         return list(pool.map(function, items))
 
 
-__all__ = ["MAX_THREADS", "in_threads", "workers"]
+def beside(function):
+    """``function()`` started in a thread of its own when this process may use more than one
+    core (else run at once); returns a function that waits for its result or raises its error.
+    Nothing waits for the thread if the caller fails first: it ends alone."""
+    if workers() <= 1:
+        result = function()
+        return lambda: result
+    pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="mmidx-beside")
+    try:
+        future = pool.submit(function)
+    finally:
+        pool.shutdown(wait=False)
+    return future.result
+
+
+__all__ = ["MAX_THREADS", "beside", "in_threads", "workers"]

@@ -110,3 +110,44 @@ def test_the_prefixes_of_a_split_are_built_at_once(blend, tmp_path, monkeypatch)
     monkeypatch.setattr(parallel, "workers", lambda: 1)
     monkeypatch.setattr(sampling, "build_indices", build)
     assert _rows(_load(blend, tmp_path / "serial", split="train")) == threaded
+
+
+def test_a_weighted_blends_indices_are_built_beside_its_prefixes(blend, tmp_path, monkeypatch):
+    """The blending indices of weighted prefixes need only the weights and the size: their
+    build and the first prefix build must be under way together (a barrier both must reach;
+    built one after the other, each would wait for the other in vain), and the rows are those
+    of the builds one after the other."""
+    from mmidx_builder.megatron import blending_indices
+
+    monkeypatch.setattr(parallel, "workers", lambda: 2)
+    both = threading.Barrier(2, timeout=10)
+    met, claimed, lock = [], [], threading.Lock()
+    build, blend_build = sampling.build_indices, blending_indices.build_blending_indices
+
+    def meet(name):
+        try:
+            both.wait()
+            met.append(name)
+        except threading.BrokenBarrierError:
+            pass
+
+    def first_prefix_meets(*args, **kwargs):
+        with lock:
+            first = not claimed
+            claimed.append(True)
+        if first:
+            meet("prefix")
+        return build(*args, **kwargs)
+
+    def blend_meets(*args, **kwargs):
+        meet("blend")
+        return blend_build(*args, **kwargs)
+
+    monkeypatch.setattr(sampling, "build_indices", first_prefix_meets)
+    monkeypatch.setattr(blending_indices, "build_blending_indices", blend_meets)
+    threaded = _rows(_load(blend, tmp_path / "beside", split="train"))
+    assert sorted(met) == ["blend", "prefix"]
+    monkeypatch.setattr(parallel, "workers", lambda: 1)
+    monkeypatch.setattr(sampling, "build_indices", build)
+    monkeypatch.setattr(blending_indices, "build_blending_indices", blend_build)
+    assert _rows(_load(blend, tmp_path / "serial", split="train")) == threaded
