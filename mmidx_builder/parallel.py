@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
+import threading
 
 MAX_THREADS = 8
 
@@ -40,15 +41,21 @@ def in_threads(function, items) -> list:
 def beside(function):
     """``function()`` started in a thread of its own when this process may use more than one
     core (else run at once); returns a function that waits for its result or raises its error.
-    Nothing waits for the thread if the caller fails first: it ends alone."""
+    If the caller fails first nothing waits for the thread, the interpreter's exit included
+    (a daemon, unlike a ThreadPoolExecutor's threads, which exit joins): it ends alone."""
     if workers() <= 1:
         result = function()
         return lambda: result
-    pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="mmidx-beside")
-    try:
-        future = pool.submit(function)
-    finally:
-        pool.shutdown(wait=False)
+    future = concurrent.futures.Future()
+
+    def run():
+        if future.set_running_or_notify_cancel():
+            try:
+                future.set_result(function())
+            except BaseException as error:  # noqa: BLE001  handed to the caller, raised there
+                future.set_exception(error)
+
+    threading.Thread(target=run, name="mmidx-beside", daemon=True).start()
     return future.result
 
 

@@ -151,3 +151,27 @@ def test_a_weighted_blends_indices_are_built_beside_its_prefixes(blend, tmp_path
     monkeypatch.setattr(sampling, "build_indices", build)
     monkeypatch.setattr(blending_indices, "build_blending_indices", blend_build)
     assert _rows(_load(blend, tmp_path / "serial", split="train")) == threaded
+
+
+def test_beside_hands_back_the_result_or_the_error_and_never_holds_the_exit(monkeypatch):
+    """parallel.beside: the function's result, or its error raised where the caller waits; with
+    one core it runs at once; its thread is a daemon, so a caller that fails first does not wait
+    for it at the interpreter's exit."""
+    monkeypatch.setattr(parallel, "workers", lambda: 2)
+    started = threading.Event()
+
+    def slow():
+        started.set()
+        return threading.current_thread()
+
+    wait = parallel.beside(slow)
+    thread = wait()
+    assert started.is_set() and thread is not threading.current_thread() and thread.daemon
+
+    def fails():
+        raise ValueError("from the thread")
+
+    with pytest.raises(ValueError, match="from the thread"):
+        parallel.beside(fails)()
+    monkeypatch.setattr(parallel, "workers", lambda: 1)
+    assert parallel.beside(threading.current_thread)() is threading.current_thread()
