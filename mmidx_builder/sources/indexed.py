@@ -43,7 +43,7 @@ from ..warnings_once import warn_once
 from ..storage import array_cache
 from ..storage.bin_readers import BinReader, MemmapBinReader
 from ..storage.files import (TEMPORARY_MARK, WriterLock,  # noqa: F401  (TEMPORARY_MARK: tests read it here)
-                            file_identity, remove_quietly, stat_identity, temporary_path, temporary_stem)
+                            file_identity, remove_quietly, temporary_path, temporary_stem)
 from ..storage.files import remove_stale_temporaries as remove_stale_files
 from ..storage.mapped import MappedFile, gather
 from ..storage.pairs import OpenedPair, check_partners, open_pair, open_pairs  # noqa: F401  (check_partners: callers find it here)
@@ -474,9 +474,9 @@ class IndexedFile:
         gather([self._index], None, self._pointers_at + 8 * ids, runs, pointers, np.arange(count, dtype=np.int64) * 16)
         # Pointers that a write in place changed may still lie inside the .bin (checked below
         # only as far as that goes): any write to the .idx since it was opened is refused.
-        if stat_identity(self._index.path, self._index.stat()) != self._index.identity:
-            raise FormatError(self.idx_path, "file", f"the index opened as {self._index.identity}",
-                              stat_identity(self._index.path, self._index.stat()),
+        now = self._index.identity_now()
+        if now != self._index.identity:
+            raise FormatError(self.idx_path, "file", f"the index opened as {self._index.identity}", now,
                               hint="the index was rewritten while in use; reopen it")
         begins, ends = pointers[:, 0], pointers[:, 1]
         bad = (begins % itemsize != 0) | (ends % itemsize != 0) | (begins < 0) | (begins > ends) | (

@@ -161,6 +161,11 @@ class MappedFile:
         except Exception:  # noqa: BLE001 - nothing to report to at exit
             pass
 
+    def identity_now(self) -> str:
+        """What :func:`~mmidx_builder.storage.files.stat_identity` says of the open file now:
+        :attr:`identity` unless it was written since it was opened."""
+        return stat_identity(self.path, self.stat())
+
     def now(self) -> int:
         """The size the file has now (an ``fstat`` of the open file, not of the path)."""
         with _POOL.using([self]):
