@@ -125,6 +125,30 @@ def test_blends_of_hundreds_of_datasets_equal_helpers_cpp(megatron, kind):
     assert np.array_equal(ours.dataset_index, index) and np.array_equal(ours.dataset_sample_index, sample)
 
 
+@pytest.mark.megatron
+def test_many_datasets_in_few_long_lanes_equal_helpers_cpp(megatron, monkeypatch):
+    """Blends of many datasets cap their lanes by lanes x datasets (_PRUNED_LANE_CELLS): with
+    the cap at its floor of 256 lanes, 1.2M samples of 150 datasets run in chunks longer than
+    _MIN_CHUNK, and the arrays still equal the C++ helper's."""
+    monkeypatch.setattr(blending, "_PRUNED_LANE_CELLS", 1)
+    widest = []
+    original = blending._run_lanes
+
+    def counting(weights, caps, first_steps, counts, num_steps, snapshot_step, write):
+        widest.append(len(first_steps))
+        return original(weights, caps, first_steps, counts, num_steps, snapshot_step, write)
+
+    monkeypatch.setattr(blending, "_run_lanes", counting)
+    rng = np.random.RandomState(7)
+    weights = rng.lognormal(0, 1, 150)
+    weights = np.array((weights / weights.sum()).tolist())
+    size = 1_200_007
+    ours = blending.build_blending_indices(weights, size)
+    assert max(widest) == 256 and size // 256 > blending._MIN_CHUNK
+    index, sample = their_weighted(megatron.helpers, weights, size)
+    assert np.array_equal(ours.dataset_index, index) and np.array_equal(ours.dataset_sample_index, sample)
+
+
 def test_draws_follow_the_weights_and_count_up_per_dataset():
     """Invariants, without the oracle: each dataset's draws are 0, 1, 2, ... in order, and its
     share stays within a sample of weight * position."""
