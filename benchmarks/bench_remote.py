@@ -397,6 +397,35 @@ def loader_note(rows) -> str:
     return f"DataLoader: requests per sample with workers over without: {some / none:.3f}"
 
 
+def goals_table(rows, local_passes: dict) -> str:
+    """Issue 41's item-6 goals at 25 ms, met or not, beside the floor the read-ahead's ramp
+    sets (ramp_floor.py: no CPU spent, every gather one round trip): whole passes >= 0.3x the
+    local Python rows and passes of 400 samples >= 0.15x, each at <= 1.5x the bytes needed."""
+    from ramp_floor import ramp_floor
+
+    local = local_passes["rows"]["rate"]
+    split = local_passes["cold"]["samples"]
+    lines = []
+    for name, latency, result, _, sent, samples in rows:
+        whole = name == "http (asyncio server)"
+        if latency != 25.0 or "error" in result or not (whole or (name.endswith(" samples") and samples == 400)):
+            continue
+        goal = 0.3 if whole else 0.15
+        passes = result["passes"]
+        ratio = passes["rows"]["rate"] / local
+        needed = sent / (sum(p["samples"] for p in passes.values()) * SAMPLE_BYTES)
+        floor = ramp_floor(split, samples, latency / 1000, SAMPLE_BYTES) / local
+        met = ratio >= goal and needed <= 1.5
+        lines.append(f"| {'whole passes' if whole else 'passes of 400 samples'}, 25 ms | {ratio:.3f}x | {needed:.2f} | "
+                     f">= {goal}x at <= 1.5x | {floor:.3f}x | {'met' if met else 'not met'} |")
+    if not lines:
+        return ""
+    return ("issue 41's goals (item 6), over the local rows of this run; floor: the most the read-ahead's ramp allows "
+            "at this round trip with no CPU spent at all (ramp_floor.py):\n"
+            "| pass | x local rows | bytes x needed | goal | floor | verdict |\n|---|---|---|---|---|---|\n"
+            + "\n".join(lines))
+
+
 # --- slow and overloaded servers (issue 32 item 4; --slow-servers) ---------------------------------
 
 def _slow_row(name: str, result: dict, local: dict, requests=None, extra: str = "") -> str:
@@ -746,6 +775,9 @@ def main() -> None:
 
     if loader_note(rows):
         print("\n" + loader_note(rows))
+    goals = goals_table(rows, ceiling)
+    if goals:
+        print("\n" + goals)
 
 
 if __name__ == "__main__":

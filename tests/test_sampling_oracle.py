@@ -126,6 +126,28 @@ def test_document_and_shuffle_index_equal_megatron_functions(megatron):
             assert ours.dtype == theirs.dtype and np.array_equal(ours, theirs)
 
 
+@pytest.mark.parametrize("pieces", ["as shipped", "small"])
+def test_large_document_and_shuffle_indices_equal_megatron_functions(megatron, monkeypatch, pieces):
+    """Past legacy_shuffle.SMALL our shuffles are not numpy's loop (legacy_shuffle.py): the
+    arrays must still be megatron-core's, shuffle after shuffle from one generator; "small"
+    runs every path of it (band edges, windows, blocks, word buffers) many times over."""
+    from mmidx_builder.megatron import legacy_shuffle
+
+    if pieces == "small":
+        for name, value in (("SMALL", 2), ("ROUND", 1001), ("WINDOW", 257), ("MAX_BLOCK", 31), ("_WORDS", 4099)):
+            monkeypatch.setattr(legacy_shuffle, name, value)
+    for seed, count, num_epochs, separate in ((1234, 100_003, 3, True), (5, 70_001, 2, False), (77, 65_536, 1, False)):
+        ours_rng, their_rng = np.random.RandomState(seed), np.random.RandomState(seed)
+        ours = sampling.build_document_index(count, num_epochs, ours_rng, separate)
+        theirs = megatron.gpt_dataset._build_document_index(
+            np.arange(count, dtype=np.int32), num_epochs, their_rng, separate)
+        assert ours.dtype == theirs.dtype and np.array_equal(ours, theirs)
+        first, total = count * num_epochs // 3, count * num_epochs // 2  # after the documents, as GPTDataset
+        ours = sampling.build_shuffle_index(first, total, ours_rng)
+        theirs = megatron.gpt_dataset._build_shuffle_index(first, total, their_rng)
+        assert ours.dtype == theirs.dtype and np.array_equal(ours, theirs)
+
+
 def test_indices_built_in_their_cache_file_equal_gptdatasets(megatron, tmp_path, monkeypatch):
     """Large indices are built where they are kept (sampling.IN_PLACE_BYTES, here every one):
     as megatron-core builds them, and read back as written by the next open."""

@@ -45,6 +45,7 @@ from ..errors import FormatError, OutOfSpaceError, ParameterError
 from ..progress import Steps
 from ..sources.token_source import (index_files, lengths_digest, lengths_fingerprint, lengths_identity,
                                    lengths_to_build_from, lengths_view, sequence_count)
+from . import legacy_shuffle
 
 __all__ = [
     "SamplingIndices",
@@ -227,10 +228,10 @@ def build_document_index(num_sequences: int, num_epochs: int, rng: np.random.Ran
     if separate_final_epoch and num_epochs > 1:
         cut = (num_epochs - 1) * num_sequences
         # A shuffle of a view permutes it exactly as a shuffle of a copy of the same length.
-        rng.shuffle(index[:cut])
-        rng.shuffle(index[cut:])
+        legacy_shuffle.shuffle(index[:cut], rng)
+        legacy_shuffle.shuffle(index[cut:], rng)
     else:
-        rng.shuffle(index)
+        legacy_shuffle.shuffle(index, rng)
     return index
 
 
@@ -307,9 +308,9 @@ def build_shuffle_index(num_samples: int, total_size: int, rng: np.random.Random
     for begin in range(0, total_size, _CHUNK):  # a chunk at a time: no full-size temporary
         stop = min(begin + _CHUNK, total_size)
         index[begin:stop] = np.arange(begin, stop, dtype=index.dtype)
-    rng.shuffle(index[:num_samples])
+    legacy_shuffle.shuffle(index[:num_samples], rng)
     if num_samples != total_size:
-        rng.shuffle(index[num_samples:])
+        legacy_shuffle.shuffle(index[num_samples:], rng)
     return index
 
 
