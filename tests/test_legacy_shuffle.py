@@ -33,7 +33,7 @@ def _same_state(a: np.random.RandomState, b: np.random.RandomState) -> bool:
 def small_pieces(monkeypatch):
     """Every path on arrays of thousands: tiny windows, rounds, blocks and word buffers, so that a
     band is many rounds, a round many windows and the words are drawn again and again."""
-    monkeypatch.setattr(legacy_shuffle, "SMALL", 2)
+    monkeypatch.setattr(legacy_shuffle, "SMALL_BYTES", 0)
     monkeypatch.setattr(legacy_shuffle, "ROUND", 97)
     monkeypatch.setattr(legacy_shuffle, "WINDOW", 61)
     monkeypatch.setattr(legacy_shuffle, "MAX_BLOCK", 7)
@@ -53,7 +53,7 @@ def test_small_pieces_shuffle_as_numpy_does(small_pieces, n, seed):
 @given(n=st.integers(2, 5000), seed=st.integers(0, 2**32 - 1), drawn_before=st.integers(0, 700))
 def test_any_size_seed_and_position_in_the_stream(n, seed, drawn_before):
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(legacy_shuffle, "SMALL", 2)
+        patch.setattr(legacy_shuffle, "SMALL_BYTES", 0)
         patch.setattr(legacy_shuffle, "WINDOW", 37)
         patch.setattr(legacy_shuffle, "MAX_BLOCK", 5)
         patch.setattr(legacy_shuffle, "_WORDS", 53)
@@ -62,20 +62,29 @@ def test_any_size_seed_and_position_in_the_stream(n, seed, drawn_before):
     assert _same_state(our_rng, their_rng)
 
 
+@pytest.mark.parametrize("n, dtype", [(6_291_457, np.int32), (3_145_729, np.int64), (6_400_003, np.uint32)])
+def test_sizes_past_numpys_path_shuffle_as_numpy_does(n, dtype):
+    assert n * np.dtype(dtype).itemsize >= legacy_shuffle.SMALL_BYTES  # the shipped threshold, not numpy's path
+    theirs, ours, their_rng, our_rng = _both(n, 20_24, dtype)
+    assert np.array_equal(ours, theirs)
+    assert _same_state(our_rng, their_rng)
+
+
 @pytest.mark.parametrize("n, dtype", [(65_536, np.int32), (131_073, np.uint32), (1_000_003, np.int32),
                                       (600_001, np.int64)])
-def test_sizes_past_numpys_path_shuffle_as_numpy_does(n, dtype):
-    assert n >= legacy_shuffle.SMALL
+def test_mid_sizes_shuffle_as_numpy_does(monkeypatch, n, dtype):
+    monkeypatch.setattr(legacy_shuffle, "SMALL_BYTES", 0)
     theirs, ours, their_rng, our_rng = _both(n, 20_24, dtype)
     assert np.array_equal(ours, theirs)
     assert _same_state(our_rng, their_rng)
 
 
 def test_views_one_after_the_other_as_megatron_shuffles_epochs():
-    """build_document_index's separate final epoch: two shuffles of views, one generator."""
-    theirs, ours = np.arange(3_000_000, dtype=np.int32), np.arange(3_000_000, dtype=np.int32)
+    """build_document_index's separate final epoch: two shuffles of views, one generator; the
+    first past the threshold, the second under it (numpy's loop), so the state is handed over."""
+    theirs, ours = np.arange(9_000_000, dtype=np.int32), np.arange(9_000_000, dtype=np.int32)
     their_rng, our_rng = np.random.RandomState(7), np.random.RandomState(7)
-    cut = 2_100_017
+    cut = 6_400_017
     their_rng.shuffle(theirs[:cut])
     their_rng.shuffle(theirs[cut:])
     legacy_shuffle.shuffle(ours[:cut], our_rng)

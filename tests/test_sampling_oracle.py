@@ -128,21 +128,25 @@ def test_document_and_shuffle_index_equal_megatron_functions(megatron):
 
 @pytest.mark.parametrize("pieces", ["as shipped", "small"])
 def test_large_document_and_shuffle_indices_equal_megatron_functions(megatron, monkeypatch, pieces):
-    """Past legacy_shuffle.SMALL our shuffles are not numpy's loop (legacy_shuffle.py): the
-    arrays must still be megatron-core's, shuffle after shuffle from one generator; "small"
+    """Past legacy_shuffle.SMALL_BYTES our shuffles are not numpy's loop (legacy_shuffle.py):
+    the arrays must still be megatron-core's, shuffle after shuffle from one generator (as
+    shipped: the whole epochs past the threshold, the separate final one under it); "small"
     runs every path of it (band edges, windows, blocks, word buffers) many times over."""
     from mmidx_builder.megatron import legacy_shuffle
 
+    cases = ((1234, 3_500_001, 3, True), (5, 3_300_007, 2, False))
     if pieces == "small":
-        for name, value in (("SMALL", 2), ("ROUND", 1001), ("WINDOW", 257), ("MAX_BLOCK", 31), ("_WORDS", 4099)):
+        for name, value in (("SMALL_BYTES", 0), ("ROUND", 1001), ("WINDOW", 257), ("MAX_BLOCK", 31),
+                            ("_WORDS", 4099)):
             monkeypatch.setattr(legacy_shuffle, name, value)
-    for seed, count, num_epochs, separate in ((1234, 100_003, 3, True), (5, 70_001, 2, False), (77, 65_536, 1, False)):
+        cases = ((1234, 100_003, 3, True), (5, 70_001, 2, False), (77, 65_536, 1, False))
+    for seed, count, num_epochs, separate in cases:
         ours_rng, their_rng = np.random.RandomState(seed), np.random.RandomState(seed)
         ours = sampling.build_document_index(count, num_epochs, ours_rng, separate)
         theirs = megatron.gpt_dataset._build_document_index(
             np.arange(count, dtype=np.int32), num_epochs, their_rng, separate)
         assert ours.dtype == theirs.dtype and np.array_equal(ours, theirs)
-        first, total = count * num_epochs // 3, count * num_epochs // 2  # after the documents, as GPTDataset
+        first, total = count * num_epochs * 2 // 3, count * num_epochs  # after the documents, as GPTDataset
         ours = sampling.build_shuffle_index(first, total, ours_rng)
         theirs = megatron.gpt_dataset._build_shuffle_index(first, total, their_rng)
         assert ours.dtype == theirs.dtype and np.array_equal(ours, theirs)
