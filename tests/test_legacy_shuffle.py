@@ -40,7 +40,7 @@ def small_pieces(monkeypatch):
     monkeypatch.setattr(legacy_shuffle, "_WORDS", 113)
 
 
-@pytest.mark.parametrize("n", [2, 3, 4, 5, 63, 64, 65, 1000, 1023, 1024, 1025, 4097, 20_011])
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 4, 5, 63, 64, 65, 1000, 1023, 1024, 1025, 4097, 20_011])
 @pytest.mark.parametrize("seed", [0, 1234])
 def test_small_pieces_shuffle_as_numpy_does(small_pieces, n, seed):
     theirs, ours, their_rng, our_rng = _both(n, seed)

@@ -46,12 +46,12 @@ _WORDS = 1 << 18
 
 def shuffle(x: np.ndarray, rng: np.random.RandomState) -> None:
     """``rng.shuffle(x)``, in place: the same permutation, ``rng`` left in the same state."""
-    n = len(x)
-    generator = rng._bit_generator  # noqa: SLF001  the legacy stream's own words are what it draws
-    if (type(x) is not np.ndarray or x.ndim != 1 or n < 2 or x.nbytes < SMALL_BYTES or n - 1 > 0xFFFFFFFF
+    generator = getattr(rng, "_bit_generator", None)  # the legacy stream's own words are what it draws
+    if (type(x) is not np.ndarray or x.ndim != 1 or len(x) < 2 or x.nbytes < SMALL_BYTES or len(x) - 1 > 0xFFFFFFFF
             or not isinstance(generator, np.random.MT19937)):
         rng.shuffle(x)  # numpy's path: small, or drawn in 64-bit words, or not an MT19937 stream
         return
+    n = len(x)
     words = _Words(generator)
     top = n - 1
     while top >= 1:
