@@ -100,14 +100,13 @@ def _intervals(words: _Words, top: int, count: int, mask: int) -> np.ndarray:
     """``random_interval(i)`` for ``i = top, top-1, .., top-count+1`` (all under ``mask``)."""
     out = np.empty(count, np.int64)
     done, i = 0, top
-    # Windows that stay in the caches; twice-checked guesses are exact for ~(6 mask^2)^(1/3)
+    # Windows (WINDOW) that stay in the caches: twice-checked guesses are exact for ~(6 mask^2)^(1/3)
     # words (~10^6 for a mask of 2^28, so a whole window), once-checked ones for ~2 sqrt(mask).
-    longest = WINDOW
     while done < count:
         need = count - done
         # Words for `need` acceptances, i accepted with odds (i + 1) / (mask + 1), and a margin.
         expected = (mask + 1) * math.log((i + 1) / (i + 1 - need)) if need <= i else 2 * need
-        drawn = words.ahead(min(longest, int(1.02 * expected) + 256)) & mask
+        drawn = words.ahead(min(WINDOW, int(1.02 * expected) + 256)) & mask
         decided = _decided(drawn, i)
         accepted = np.flatnonzero(decided)[:need]
         used = int(accepted[-1]) + 1 if len(accepted) == need else len(decided)
