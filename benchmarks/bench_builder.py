@@ -99,17 +99,22 @@ def window_ceiling(prefix: str, num_samples: int, plain_view: bool):
     return run
 
 
+def batch_pieces(indexed, indices, num_samples: int) -> list:
+    """(sequence ids, offsets, lengths) of the pieces of each batch of BATCH samples, in
+    training order, as the builder reads them (sampling.sample_pieces)."""
+    from mmidx_builder.megatron import sampling
+
+    return [sampling.sample_pieces(indices, indexed.sequence_lengths,
+                                   np.arange(first, min(first + BATCH, num_samples)))[:3]
+            for first in range(0, num_samples, BATCH)]
+
+
 def same_pieces_ceiling(indexed, indices, num_samples: int):
     """The builder's own pieces (training order), copied with numpy slices of the mapped .bin
     into a preallocated batch of BATCH samples: no bounds checks, no tables, no datasets."""
-    from mmidx_builder.megatron import sampling
-
     tokens = np.memmap(indexed.bin_path, dtype=indexed.dtype, mode="r").view(np.ndarray)
-    batches = []
-    for first in range(0, num_samples, BATCH):
-        ids, offsets, lengths, _ = sampling.sample_pieces(indices, indexed.sequence_lengths,
-                                                          np.arange(first, min(first + BATCH, num_samples)))
-        batches.append(((indexed.sequence_starts[ids] + offsets).tolist(), lengths.tolist()))
+    batches = [((indexed.sequence_starts[ids] + offsets).tolist(), lengths.tolist())
+               for ids, offsets, lengths in batch_pieces(indexed, indices, num_samples)]
     out = np.empty(BATCH * WINDOW, indexed.dtype)
     pieces = sum(len(lengths) for _, lengths in batches)
 
@@ -170,13 +175,8 @@ def read_pieces_alone(indexed, indices, num_samples: int):
     """The same pieces through the builder's own gather (``IndexedFile.read_pieces``: kernel
     copies that make a truncated file an error, docs/reliability.md) into a preallocated batch:
     no tables, no datasets. What the streams' table making can be at most."""
-    from mmidx_builder.megatron import sampling
-
-    batches = []
-    for first in range(0, num_samples, BATCH):
-        ids, offsets, lengths, _ = sampling.sample_pieces(indices, indexed.sequence_lengths,
-                                                          np.arange(first, min(first + BATCH, num_samples)))
-        batches.append((ids, offsets, lengths, int(lengths.sum())))
+    batches = [(ids, offsets, lengths, int(lengths.sum()))
+               for ids, offsets, lengths in batch_pieces(indexed, indices, num_samples)]
     out = np.empty(BATCH * WINDOW, indexed.dtype)
 
     def run():

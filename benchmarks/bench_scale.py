@@ -412,6 +412,14 @@ def best_of(runs: int, side: str, spec: dict) -> dict:
     return failed[0] if failed else min(results, key=lambda r: r["seconds"])
 
 
+def clear_caches(folders) -> None:
+    """A side's caches removed before its cold build, then os.sync(): neither side's cold build
+    pays for writing back the other's caches."""
+    for folder in folders:
+        shutil.rmtree(folder, ignore_errors=True)
+    os.sync()
+
+
 def interleaved_best(runs: int, sides: list[str], spec_of, before=None) -> dict:
     """Each side's fastest of ``runs`` measurements, the sides taking turns (ours, megatron-core,
     ours, ...) so that a change of the machine's load falls on both; ``before(side)`` runs
@@ -563,14 +571,10 @@ def measure(name: str, prefixes: list[str], args, megatron: bool, scratch: str,
     # The cold build again, the sides taking turns, each side's fastest kept: a single cold build
     # moved by 2x between runs of the same hour (the page cache, the machine's neighbours).
     if args.cold_runs > 1:
-        def clear(side):
-            for folder in caches[side]:
-                shutil.rmtree(folder, ignore_errors=True)
-            os.sync()
-
         print(f"  {name}: {args.cold_runs - 1} more cold builds, the sides taking turns ...", file=sys.stderr,
               flush=True)
-        again = interleaved_best(args.cold_runs - 1, sides, lambda side: {**specs[side], "what": "first"}, before=clear)
+        again = interleaved_best(args.cold_runs - 1, sides, lambda side: {**specs[side], "what": "first"},
+                                 before=lambda side: clear_caches(caches[side]))
         for side in sides:
             first = found[side]["cold"]
             if "error" not in first and "error" not in again[side] and again[side]["seconds"] < first["seconds"]:
@@ -684,14 +688,9 @@ def measure_splits(name: str, prefixes: list[str], args, megatron: bool,
                                  surplus=SURPLUS,
                                  raise_nofile=side == "megatron" and args.raise_peer_nofile)
 
-    def clear(side):
-        for folder in caches[side]:
-            shutil.rmtree(folder, ignore_errors=True)
-        os.sync()  # neither side's cold build pays for writing back the other's caches
-
     print(f"  {name}: cold builds, the sides taking turns ...", file=sys.stderr, flush=True)
-    cold = interleaved_best(WARM_RUNS, sides, spec_of("first"), before=clear)
-    # Each side's last cold build left its caches (clear() runs before a side's build only); a
+    cold = interleaved_best(WARM_RUNS, sides, spec_of("first"), before=lambda side: clear_caches(caches[side]))
+    # Each side's last cold build left its caches (clear_caches runs before a side's build only); a
     # failed build's are partial: no figure.
     disk = {side: folder_bytes(caches[side][1]) if "error" not in cold[side] else {} for side in sides}
     warm1 = {side: run_child(side, spec_of("first")(side)) for side in sides}

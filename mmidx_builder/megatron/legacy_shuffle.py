@@ -104,8 +104,9 @@ def _intervals(words: _Words, top: int, count: int, mask: int) -> np.ndarray:
     # words (~10^6 for a mask of 2^28, so a whole window), once-checked ones for ~2 sqrt(mask).
     while done < count:
         need = count - done
-        # Words for `need` acceptances, i accepted with odds (i + 1) / (mask + 1), and a margin.
-        expected = (mask + 1) * math.log((i + 1) / (i + 1 - need)) if need <= i else 2 * need
+        # Words for `need` acceptances, i accepted with odds (i + 1) / (mask + 1), and a margin
+        # (need <= i: a round never passes i = 1).
+        expected = (mask + 1) * math.log((i + 1) / (i + 1 - need))
         drawn = words.ahead(min(WINDOW, int(1.02 * expected) + 256)) & mask
         decided = _decided(drawn, i)
         accepted = np.flatnonzero(decided)[:need]
