@@ -22,7 +22,9 @@ Rows:
   streaming, numpy    streaming=True, with_format("numpy").iter(1000): datasets' formatter, int64
   streaming, recipe   mmidx_builder.numpy_batches: Arrow batches viewed as numpy (file dtype)
   our gather alone    the same pieces through IndexedFile.read_pieces (the builder's own copy,
-                      safe against a truncated file) into a preallocated batch, nothing else
+                      safe against a truncated file: memcpy under a read lease) into a
+                      preallocated batch, nothing else; and the same by the kernel's copy
+                      (process_vm_readv), as where no read lease is granted
   datasets alone      load_dataset, the stream (arrow, numpy, numpy_batches) of a builder whose
                       tables are already made, in memory: datasets' own cost on each path, so
                       the most any reader could reach there
@@ -171,17 +173,27 @@ def datasets_alone(tables: list, features, folder: str) -> dict:
             "datasets alone: streaming, arrow -> numpy (recipe)": stream_recipe}
 
 
-def read_pieces_alone(indexed, indices, num_samples: int):
-    """The same pieces through the builder's own gather (``IndexedFile.read_pieces``: kernel
-    copies that make a truncated file an error, docs/reliability.md) into a preallocated batch:
-    no tables, no datasets. What the streams' table making can be at most."""
+def read_pieces_alone(indexed, indices, num_samples: int, leases: bool = True):
+    """The same pieces through the builder's own gather (``IndexedFile.read_pieces``, safe
+    against a truncated file: docs/reliability.md) into a preallocated batch: no tables, no
+    datasets. What the streams' table making can be at most. ``leases=False`` reads a pair
+    opened anew with read leases off (``MMIDX_READ_LEASES=0``): the kernel's copy."""
+    from mmidx_builder.sources.indexed import IndexedFile
+    from mmidx_builder.storage import read_lease
+
+    if not leases:
+        indexed = IndexedFile.open(indexed.prefix)
     batches = [(ids, offsets, lengths, int(lengths.sum()))
                for ids, offsets, lengths in batch_pieces(indexed, indices, num_samples)]
     out = np.empty(BATCH * WINDOW, indexed.dtype)
 
     def run():
-        for ids, offsets, lengths, count in batches:
-            indexed.read_pieces(ids, offsets, lengths, out=out[:count])
+        usable, read_lease.USABLE = read_lease.USABLE, read_lease.USABLE and leases
+        try:
+            for ids, offsets, lengths, count in batches:
+                indexed.read_pieces(ids, offsets, lengths, out=out[:count])
+        finally:
+            read_lease.USABLE = usable
     return run
 
 
@@ -241,10 +253,12 @@ def main() -> None:
     runs = {"ceiling: windows, np.memmap slices": window_ceiling(prefix, num_samples, plain_view=False),
             "ceiling: windows, ndarray view slices": window_ceiling(prefix, num_samples, plain_view=True),
             "ceiling: the same pieces, numpy slices": run,
-            "the same pieces, our gather alone": read_pieces_alone(indexed, indices, num_samples)}
+            "the same pieces, our gather alone": read_pieces_alone(indexed, indices, num_samples),
+            "the same, kernel's copy (no lease)": read_pieces_alone(indexed, indices, num_samples, leases=False)}
     notes = {"ceiling: the same pieces, numpy slices": f"{pieces / num_samples:.2f} pieces per sample, "
                                                        f"mean {total / pieces:,.0f} tokens",
-             "the same pieces, our gather alone": "IndexedFile.read_pieces (process_vm_readv), no tables"}
+             "the same pieces, our gather alone": "IndexedFile.read_pieces (memcpy under a read lease), no tables",
+             "the same, kernel's copy (no lease)": "MMIDX_READ_LEASES=0: process_vm_readv"}
     prepared_folder = os.path.join(args.workdir, "hf-prepare")
 
     def prepare():

@@ -188,6 +188,24 @@ def quick_worker_shutdown(torch, monkeypatch):
     monkeypatch.setattr(torch.utils.data._utils, "MP_STATUS_CHECK_INTERVAL", 0.1)
 
 
+# The three ways mapped.py reads a local file: memcpy out of the map under a read lease, the
+# kernel's copy out of the map (process_vm_readv) where no lease is granted, pread where that
+# call is refused too.
+LOCAL_READ_WAYS = ["lease", "process_vm_readv", "pread"]
+
+
+def use_local_read_way(way: str, monkeypatch) -> None:
+    """Makes mapped.py read local files ``way`` (one of LOCAL_READ_WAYS) for this test."""
+    from mmidx_builder.storage import mapped, read_lease
+
+    if way == "lease":
+        assert read_lease.USABLE, "read leases are not usable here (/proc/sys/fs/leases-enable, lease-break-time)"
+        return
+    monkeypatch.setattr(read_lease, "USABLE", False)
+    if way == "pread":
+        monkeypatch.setattr(mapped, "_READV", None)
+
+
 def require_oracle_module(module: str, install: str = "scripts/install_oracle_extras.sh"):
     """Imports an oracle's ``module``: skip where it is missing, fail under
     MMIDX_REQUIRE_ORACLE=1 (CI installs every oracle)."""

@@ -20,6 +20,7 @@ from mmidx_builder.errors import FormatError, ParameterError
 from mmidx_builder.sources.indexed import (Flavour, IndexedFile, IndexedFileWriter, dtype_code,
                                   parse_header, smallest_dtype, split_prefix, write_documents)
 from mmidx_builder.sources.token_source import Concatenated
+from conftest import LOCAL_READ_WAYS, use_local_read_way
 
 # The dtype tables as FORMAT.md writes them.
 SPEC_MEGATRON = {1: "uint8", 2: "int8", 3: "int16", 4: "int32", 5: "int64", 6: "float64", 7: "float32", 8: "uint16"}
@@ -403,16 +404,13 @@ def _random_pieces(rng, starts, count):
 
 
 @pytest.mark.parametrize("lengths", ["entries", "copied"])
-@pytest.mark.parametrize("path", ["process_vm_readv", "pread"])
+@pytest.mark.parametrize("path", LOCAL_READ_WAYS)
 @pytest.mark.parametrize("opener", [None, open])
 def test_read_pieces_matches_slicing(gather_file, monkeypatch, path, opener, lengths):
-    """Both ways mapped.py reads a local file, before and after the lengths are copied (the
+    """Every way mapped.py reads a local file, before and after the lengths are copied (the
     starts of the pieces come from the index's pointers, then from the copied lengths)."""
-    from mmidx_builder.storage import mapped
-
     prefix, tokens, starts = gather_file
-    if path == "pread":
-        monkeypatch.setattr(mapped, "_READV", None)
+    use_local_read_way(path, monkeypatch)
     indexed = IndexedFile.open(prefix, opener=opener)
     if lengths == "copied":
         indexed.sequence_lengths

@@ -1,8 +1,9 @@
-"""mapped.py: reading a mapped file through the kernel, so that a truncation is an error.
+"""mapped.py: reading a mapped file so that a truncation is an error, never SIGBUS.
 
-Both ways it reads (process_vm_readv on the map, pread where that is refused) are checked
-against slices of the file's bytes, and a truncated file is read in this very process: before
-mapped.py, touching a lost page of a map killed the process (SIGBUS)."""
+The three ways it reads (memcpy under a read lease, process_vm_readv on the map where no lease
+is granted, pread where that is refused) are checked against slices of the file's bytes, and a
+truncated file is read in this very process: before mapped.py, touching a lost page of a map
+killed the process (SIGBUS). tests/test_read_lease.py has the leases' own tests."""
 
 from __future__ import annotations
 
@@ -14,14 +15,14 @@ import pytest
 from mmidx_builder.storage import mapped
 from mmidx_builder.errors import FormatError
 from mmidx_builder.storage.mapped import MappedFile, gather
+from conftest import LOCAL_READ_WAYS, use_local_read_way
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
-@pytest.fixture(params=["process_vm_readv", "pread"])
+@pytest.fixture(params=LOCAL_READ_WAYS)
 def way(request, monkeypatch):
-    if request.param == "pread":  # as where process_vm_readv is missing or refused (seccomp)
-        monkeypatch.setattr(mapped, "_READV", None)
+    use_local_read_way(request.param, monkeypatch)
     return request.param
 
 

@@ -6,6 +6,7 @@ import pickle
 import numpy as np
 import pytest
 
+from conftest import LOCAL_READ_WAYS, use_local_read_way
 from mmidx_builder.errors import FormatError, ParameterError
 from mmidx_builder.sources.indexed import IndexedFileWriter, IndexedFile
 from mmidx_builder.sources.raw import (RawFiles, diff_chunks, diff_samples, eof_id, labels_for,
@@ -73,13 +74,10 @@ def test_every_file_reads_as_frombuffer_of_its_bytes(files, n_bytes):
     assert raw.sequence_lengths.dtype == np.int32
 
 
-@pytest.mark.parametrize("path", ["process_vm_readv", "pread"])
+@pytest.mark.parametrize("path", LOCAL_READ_WAYS)
 @pytest.mark.parametrize("n_bytes", N_BYTES)
 def test_read_pieces_matches_slices_of_the_reference(files, n_bytes, path, monkeypatch):
-    from mmidx_builder.storage import mapped
-
-    if path == "pread":  # the way mapped.py reads where process_vm_readv cannot be used
-        monkeypatch.setattr(mapped, "_READV", None)
+    use_local_read_way(path, monkeypatch)
     raw = RawFiles(files, n_bytes)
     sequences = [reference_sequence(open(p, "rb").read(), n_bytes) for p in files]
     rng = np.random.default_rng(n_bytes)
