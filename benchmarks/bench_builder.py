@@ -132,24 +132,36 @@ def same_pieces_ceiling(indexed, indices, num_samples: int):
 def datasets_alone(tables: list, features, folder: str) -> dict:
     """datasets' own paths over Arrow tables already made (in memory), as runs for best_rates:
     what load_dataset, a stream and its formats cost above a reader that costs nothing, so the
-    most any reader of ours can reach on those paths."""
+    most any reader of ours can reach on those paths. load_dataset twice: over the tables of
+    BATCH rows, and over the builder's own layout (a table per shard of DEFAULT_NUM_SHARDS,
+    each under its shard's key, as datasets counts them: a write of its own each)."""
     import datasets
+    import pyarrow as pa
 
     from mmidx_builder import numpy_batches
+    from mmidx_builder.hf.base_builder import DEFAULT_NUM_SHARDS
+    from mmidx_builder.hf.tables import shard_ranges
+
+    whole = pa.concat_tables(tables)
+    shard_tables = [whole.slice(start, stop - start) for start, stop in shard_ranges(len(whole), DEFAULT_NUM_SHARDS)]
 
     class PremadeTables(datasets.ArrowBasedBuilder):
+        BUILDER_CONFIGS = [datasets.BuilderConfig(name="batches"), datasets.BuilderConfig(name="shards")]
+        DEFAULT_CONFIG_NAME = "batches"
+
         def _info(self):
             return datasets.DatasetInfo(features=features)
 
         def _split_generators(self, dl_manager):
-            return [datasets.SplitGenerator(datasets.Split.TRAIN, gen_kwargs={"shards": list(range(len(tables)))})]
+            made = shard_tables if self.config.name == "shards" else tables
+            return [datasets.SplitGenerator(datasets.Split.TRAIN, gen_kwargs={"tables": made})]
 
-        def _generate_tables(self, shards):
-            for shard in shards:
-                yield shard, tables[shard]
+        def _generate_tables(self, tables):
+            for shard, table in enumerate(tables):
+                yield datasets.builder.Key(shard, 0), table
 
-    def prepare():
-        builder = PremadeTables(cache_dir=folder)
+    def prepare(name="batches"):
+        builder = PremadeTables(cache_dir=folder, config_name=name)
         builder.download_and_prepare()
         return builder.as_dataset("train")
 
@@ -168,6 +180,8 @@ def datasets_alone(tables: list, features, folder: str) -> dict:
             assert batch["input_ids"].shape[1] == WINDOW
 
     return {"datasets alone: load_dataset (Arrow cache)": (lambda: shutil.rmtree(folder, ignore_errors=True), prepare),
+            "datasets alone: load_dataset, a table a shard": (lambda: shutil.rmtree(folder, ignore_errors=True),
+                                                              lambda: prepare("shards")),
             "datasets alone: streaming, arrow": stream_arrow,
             "datasets alone: streaming, numpy (datasets)": stream_numpy,
             "datasets alone: streaming, arrow -> numpy (recipe)": stream_recipe}
@@ -332,13 +346,20 @@ def main() -> None:
           f"{max(memory[:quarter]):,.0f}, last quarter {max(memory[-quarter:]):,.0f} (flat: nothing accumulates) |")
 
     index_ratio = index_build_against_megatron(int(args.index_sequences), repeats) if args.index_sequences else None
+    def alone_rate(path):
+        # load_dataset: over the builder's own layout (a table a shard), which datasets writes
+        # a table at a time (the layout of BATCH rows is the row above it).
+        if path == "load_dataset (Arrow cache)":
+            path = "load_dataset, a table a shard"
+        return rates[f"datasets alone: {path}"]
+
     def alone(path):
-        return rates[f"datasets alone: {path}"] / memmap_rate
+        return alone_rate(path) / memmap_rate
 
     def copying_only(path):
         """A reader that did nothing but copy its pieces with numpy slices (no lookups, no
         tables, no truncation safety), under datasets' own path: the two times added."""
-        return 1 / (1 / pieces_rate + 1 / rates[f"datasets alone: {path}"]) / memmap_rate
+        return 1 / (1 / pieces_rate + 1 / alone_rate(path)) / memmap_rate
 
     paths = {"load_dataset (Arrow cache)": ("load_dataset (Arrow cache) / np.memmap windows", 0.8),
              "streaming, arrow -> numpy (recipe)": ("numpy_batches on a stream / np.memmap windows", 0.8),

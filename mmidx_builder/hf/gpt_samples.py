@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import os
+import weakref
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -108,6 +109,10 @@ class GPTConfig(SamplesConfig):
         settings = self.resolved()
         return dict(seq_length=settings["seq_length"], seed=settings["seed"], num_epochs=self.num_epochs,
                     num_samples=self.num_samples, add_extra_token=self.add_extra_token)
+
+
+# builder -> (plan, process, table maker) of its local split last streamed (_table_maker).
+_LOCAL_MAKERS = weakref.WeakKeyDictionary()
 
 
 def pooled_samples(source, indices: sampling.SamplingIndices, sample_ids: np.ndarray) -> np.ndarray:
@@ -237,8 +242,18 @@ class GPTSamplesBuilder(BaseBuilder):
         return maker.tables(batches) if isinstance(maker, ReadAhead) else one_ahead(maker, batches)
 
     def _table_maker(self, plan: Plan):
-        return opened_split(type(self).open_plan, plan, self._remote()).maker(self.config.num_shards or DEFAULT_NUM_SHARDS,
-                                                                    self.config.read_ahead_bytes)
+        # A stream asks at every shard (960 times a pass): a local split's maker is kept for the
+        # plan and process (a remote one is asked each time: it becomes local once its files
+        # are all in the block cache).
+        # (Kept beside the builder, not on it: builders are pickled to worker processes.)
+        kept = _LOCAL_MAKERS.get(self)
+        if kept is not None and kept[0] is plan and kept[1] == os.getpid():
+            return kept[2]
+        maker = opened_split(type(self).open_plan, plan, self._remote()).maker(self.config.num_shards or DEFAULT_NUM_SHARDS,
+                                                                     self.config.read_ahead_bytes)
+        if not isinstance(maker, ReadAhead):
+            _LOCAL_MAKERS[self] = (plan, os.getpid(), maker)
+        return maker
 
     def row_tables(self, plan: Plan, range_batches) -> Iterator[pa.Table]:
         # Any rows in one gather (measured 4x faster for a rank's micro-batches than a table each).
