@@ -14,13 +14,15 @@ Rows:
                            shuffled-gather limit with numpy, no bounds check (second ratio column)
   open + validate          IndexedFile.open, header to last pointer check (s per million documents)
   read_pieces              batched gather of 2,049-token samples made of several pieces, as
-                           sampling makes them (tokens/s, ratio to the ceilings): the kernel
-                           copies the runs out of the map (mapped.py: process_vm_readv), so a
-                           file truncated meanwhile is an error, not SIGBUS
+                           sampling makes them (tokens/s, ratio to the ceilings): memcpy out of
+                           the map under a read lease (mapped.py), so a file truncated
+                           meanwhile is an error, not SIGBUS
+  read_pieces (kernel)     the same where no lease is granted: the kernel copies the runs out
+                           of the map (process_vm_readv)
   read_pieces (pread)      the same through pread, mapped.py's way where process_vm_readv is
-                           refused
-and a second table for pieces of a fixed length: read_pieces against numpy slice copies of
-the same pieces from the map (what reading the map directly cost, before mapped.py).
+                           refused too
+and a second table for pieces of a fixed length: read_pieces (each way) against numpy slice
+copies of the same pieces from the map.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mmidx_builder.storage import mapped
+from mmidx_builder.storage import mapped, read_lease
 from mmidx_builder.errors import MMIdxError
 from mmidx_builder.sources.indexed import IndexedFile, IndexedFileWriter
 
@@ -126,14 +128,17 @@ def fixed_pieces(indexed: IndexedFile, rng, length: int, total: int):
 
 
 @contextlib.contextmanager
-def through_pread():
-    """mapped.py's pread path, as where process_vm_readv is missing or refused."""
-    saved = mapped._READV
-    mapped._READV = None
+def through_kernel(pread: bool = False):
+    """mapped.py's reads where no read lease is granted: process_vm_readv, or with ``pread``
+    pread, as where that call is missing or refused too. Readers opened inside take no lease."""
+    saved = read_lease.USABLE, mapped._READV
+    read_lease.USABLE = False
+    if pread:
+        mapped._READV = None
     try:
         yield
     finally:
-        mapped._READV = saved
+        read_lease.USABLE, mapped._READV = saved
 
 
 def slices_of(tokens: np.ndarray, indexed: IndexedFile, ids, offsets, sizes, out: np.ndarray):
@@ -196,9 +201,11 @@ def main() -> None:
     pieces_rate = out.size / best_of(args.repeats, slices_of(tokens, indexed, ids, offsets, sizes, out))
     rows.append(Row("ceiling: same pieces, numpy slices", pieces_rate, "tokens/s", pieces_rate / ceiling_rate,
                     f"{len(ids) / SAMPLES_PER_BATCH:.1f} pieces per sample, mean run {sizes.mean():.0f}", 1.0))
-    for label, way in (("read_pieces", contextlib.nullcontext), ("read_pieces (pread)", through_pread)):
+    ways = {"read_pieces": contextlib.nullcontext, "read_pieces (kernel)": through_kernel,
+            "read_pieces (pread)": lambda: through_kernel(pread=True)}
+    for label, way in ways.items():
         with way():
-            reader = IndexedFile.open(prefix)  # pread: a reader opened without a map
+            reader = IndexedFile.open(prefix)  # opened in the way's own state
             reader.sequence_lengths
             rate = out.size / best_of(args.repeats, lambda: reader.read_pieces(ids, offsets, sizes, out))
         rows.append(Row(label, rate, "tokens/s", rate / ceiling_rate, pieces_ratio=rate / pieces_rate))
@@ -206,16 +213,21 @@ def main() -> None:
     print_table(f"bench_format: {indexed.num_tokens:,} uint16 tokens, {indexed.num_documents:,} documents, "
                 f"{SAMPLES_PER_BATCH} samples of {WINDOW} per batch", rows)
 
-    # What copying through the kernel costs against slices of the map, by piece length.
+    # What each way costs against slices of the map, by piece length.
     by_length = []
+    with through_kernel():
+        by_kernel = IndexedFile.open(prefix)
+        by_kernel.sequence_lengths
     for length in (4, 16, 64, 256, 1024, 4096):
         ids, offsets, sizes = fixed_pieces(indexed, rng, length, total=2_000_000)
         out = np.empty(int(sizes.sum()), np.uint16)
-        rate = out.size / best_of(3, lambda: indexed.read_pieces(ids, offsets, sizes, out))
         slices = out.size / best_of(3, slices_of(tokens, indexed, ids, offsets, sizes, out))
-        by_length.append(Row(f"pieces of {length}: read_pieces", rate, "tokens/s", rate / ceiling_rate,
-                             note=f"numpy slices of the map {slices / 1e6:,.0f} M tokens/s; "
-                                  f"read_pieces {rate / slices:.2f}x of them", pieces_ratio=rate / slices))
+        for label, reader, way in (("", indexed, contextlib.nullcontext), (" (kernel)", by_kernel, through_kernel)):
+            with way():
+                rate = out.size / best_of(3, lambda: reader.read_pieces(ids, offsets, sizes, out))
+            by_length.append(Row(f"pieces of {length}: read_pieces{label}", rate, "tokens/s", rate / ceiling_rate,
+                                 note=f"numpy slices of the map {slices / 1e6:,.0f} M tokens/s; "
+                                      f"read_pieces{label} {rate / slices:.2f}x of them", pieces_ratio=rate / slices))
     print_table("read_pieces by piece length, against numpy slices of the same pieces from the map", by_length)
 
 

@@ -48,6 +48,8 @@ def _usable() -> bool:
     """Whether leases can be used in this process (MMIDX_READ_LEASES=0 turns them off)."""
     if fcntl is None or not sys.platform.startswith("linux") or os.environ.get("MMIDX_READ_LEASES", "1") == "0":
         return False
+    if not all(hasattr(fcntl, name) for name in ("F_SETLEASE", "F_GETLEASE", "F_SETSIG", "F_SETOWN")):
+        return False
     try:
         with open("/proc/sys/fs/leases-enable") as f:
             enabled = f.read().strip() == "1"
