@@ -45,6 +45,7 @@ megatron-core's time.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import os
 import shutil
@@ -53,7 +54,7 @@ import tracemalloc
 
 import numpy as np
 
-from bench_format import LENGTH_DISTRIBUTIONS, make_corpus  # corpora generated once per workdir
+from bench_format import LENGTH_DISTRIBUTIONS, make_corpus, through_kernel  # corpora generated once per workdir
 
 SEQ_LENGTH = 2048
 WINDOW = SEQ_LENGTH + 1
@@ -193,8 +194,8 @@ def read_pieces_alone(indexed, indices, num_samples: int, leases: bool = True):
     datasets. What the streams' table making can be at most. ``leases=False`` reads a pair
     opened anew with read leases off (``MMIDX_READ_LEASES=0``): the kernel's copy."""
     from mmidx_builder.sources.indexed import IndexedFile
-    from mmidx_builder.storage import read_lease
 
+    way = contextlib.nullcontext if leases else through_kernel
     if not leases:
         indexed = IndexedFile.open(indexed.prefix)
     batches = [(ids, offsets, lengths, int(lengths.sum()))
@@ -202,12 +203,9 @@ def read_pieces_alone(indexed, indices, num_samples: int, leases: bool = True):
     out = np.empty(BATCH * WINDOW, indexed.dtype)
 
     def run():
-        usable, read_lease.USABLE = read_lease.USABLE, read_lease.USABLE and leases
-        try:
+        with way():
             for ids, offsets, lengths, count in batches:
                 indexed.read_pieces(ids, offsets, lengths, out=out[:count])
-        finally:
-            read_lease.USABLE = usable
     return run
 
 

@@ -243,9 +243,8 @@ class GPTSamplesBuilder(BaseBuilder):
 
     def _table_maker(self, plan: Plan):
         # A stream asks at every shard (960 times a pass): a local split's maker is kept for the
-        # plan and process (a remote one is asked each time: it becomes local once its files
-        # are all in the block cache).
-        # (Kept beside the builder, not on it: builders are pickled to worker processes.)
+        # plan and process, beside the builder (builders are pickled to worker processes); a
+        # remote one is asked each time (it becomes local once the block cache holds its files).
         kept = _LOCAL_MAKERS.get(self)
         if kept is not None and kept[0] is plan and kept[1] == os.getpid():
             return kept[2]

@@ -360,7 +360,6 @@ class _OpenFiles:
                 for file in taken:
                     file._users -= 1
 
-
     def leased(self) -> list:
         """The open files holding a read lease (lock held)."""
         return [file for ref in list(self.files.values()) if (file := ref()) is not None and file.leased]
@@ -514,16 +513,12 @@ def _copied_under_leases(files, which, starts, lengths, out, at, packed: bool) -
             if not all(files[i].lease_held() for i in chunk_files):
                 return False
             begins, ends = starts[first:last].tolist(), (starts[first:last] + lengths[first:last]).tolist()
+            sources = [maps[0]] * (last - first) if which is None else [maps[i] for i in which[first:last].tolist()]
             if packed:  # one join (which lets go of the GIL for large ones), one copy
-                if which is None:
-                    m = maps[0]
-                    data = b"".join([m[b:e] for b, e in zip(begins, ends)])
-                else:
-                    data = b"".join([maps[i][b:e] for i, b, e in zip(which[first:last].tolist(), begins, ends)])
+                data = b"".join([m[b:e] for m, b, e in zip(sources, begins, ends)])
                 position = int(at[first])
                 target[position:position + len(data)] = data
             else:
-                sources = [maps[0]] * (last - first) if which is None else [maps[i] for i in which[first:last].tolist()]
                 for m, b, e, position in zip(sources, begins, ends, at[first:last].tolist()):
                     target[position:position + e - b] = m[b:e]
         return all(files[i].lease_held() for i in used)
