@@ -133,9 +133,10 @@ def same_pieces_ceiling(indexed, indices, num_samples: int):
 def datasets_alone(tables: list, features, folder: str) -> dict:
     """datasets' own paths over Arrow tables already made (in memory), as runs for best_rates:
     what load_dataset, a stream and its formats cost above a reader that costs nothing, so the
-    most any reader of ours can reach on those paths. load_dataset twice: over the tables of
-    BATCH rows, and over the builder's own layout (a table per shard of DEFAULT_NUM_SHARDS,
-    each under its shard's key, as datasets counts them: a write of its own each)."""
+    most any reader of ours can reach on those paths. load_dataset twice: over tables of BATCH
+    rows (the builder's layout: consecutive small shards joined in tables of up to 1,000 rows),
+    and over a table per shard of DEFAULT_NUM_SHARDS, each under its shard's key (the builder's
+    layout when datasets.config.SAVE_ORIGINAL_SHARD_LENGTHS asks for each shard's row count)."""
     import datasets
     import pyarrow as pa
 
@@ -345,10 +346,6 @@ def main() -> None:
 
     index_ratio = index_build_against_megatron(int(args.index_sequences), repeats) if args.index_sequences else None
     def alone_rate(path):
-        # load_dataset: over the builder's own layout (a table a shard), which datasets writes
-        # a table at a time (the layout of BATCH rows is the row above it).
-        if path == "load_dataset (Arrow cache)":
-            path = "load_dataset, a table a shard"
         return rates[f"datasets alone: {path}"]
 
     def alone(path):

@@ -152,6 +152,23 @@ def test_stream_and_cache_of_small_shards_equal_the_samples(small_shards, tmp_pa
     assert prepared.info.splits["train"].original_shard_lengths == [b - a for a, b in shard_ranges(len(expected), 960)]
 
 
+def test_the_arrow_cache_of_small_shards_holds_tables_of_up_to_a_thousand_rows(small_shards, tmp_path):
+    """By default datasets does not keep each shard's row count, and consecutive small shards
+    reach the Arrow cache as one table: a record batch for up to 1,000 rows, not one for each
+    of the 960 shards of one or two rows."""
+    root, expected = small_shards
+    assert not datasets.config.SAVE_ORIGINAL_SHARD_LENGTHS
+    prepared = load_dataset(str(root), seq_length=8, seed=5, cache_dir=str(tmp_path / "cache"), split="train")
+    np.testing.assert_array_equal(prepared.with_format("numpy")[:]["input_ids"], expected)
+    assert prepared.info.splits["train"].original_shard_lengths is None
+    batch_rows = []
+    for cache_file in prepared.cache_files:
+        with pa.memory_map(cache_file["filename"]) as source:
+            batch_rows += [len(batch) for batch in pa.ipc.open_stream(source)]
+    assert sum(batch_rows) == len(expected) > 1000
+    assert len(batch_rows) <= -(-len(expected) // 1000) + 1, batch_rows
+
+
 class SampleMaker(CountingMaker):
     """Tables of 4,098-byte rows, a sample of 2,049 uint16 tokens (seq_length 2048)."""
 

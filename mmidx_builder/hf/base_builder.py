@@ -3,9 +3,10 @@
 Every kind: num_shards, validation on every setattr path, a cache hash that covers this
 package's source and the data files' identity (both files of a pair), the dataset card's
 sha256 of every file read (all_checks), provenance, splits cut into contiguous shard ranges,
-tables made one ahead in a thread, one gather for consecutive small shards. A kind subclasses
-BaseBuilder (or gpt_samples.GPTSamplesBuilder) and says how a split's files become a plan
-(``_plan``) and how a plan is opened (``open_plan``); it never branches on another kind.
+tables made one ahead in a thread, one gather (and, in the Arrow cache, one table) for
+consecutive small shards. A kind subclasses BaseBuilder (or gpt_samples.GPTSamplesBuilder)
+and says how a split's files become a plan (``_plan``) and how a plan is opened
+(``open_plan``); it never branches on another kind.
 """
 
 from __future__ import annotations
@@ -283,8 +284,14 @@ class BaseBuilder(datasets.ArrowBasedBuilder):
         # the (shard, batch) tables datasets counts: 960 shards of a small corpus are a few dozen
         # rows each, and a gather (and a thread hand-off) per shard would cost more than its rows.
         groups = [([(key, len(rows))], rows) for key, rows in alone] + joined_batches(batches, ROWS_PER_TABLE)
+        # Unless datasets is told to save each shard's row count (off by default), a joined
+        # gather goes to the Arrow cache whole, under its first key: datasets writes every
+        # table it is given as a record batch of its own, and the 960 tables of a few dozen
+        # rows of a pass took it about twice as long as tables of 1,000 rows (issue 43).
+        # A stream asks for one shard at a time, whose batches never join.
+        per_shard = datasets.config.SAVE_ORIGINAL_SHARD_LENGTHS
         for group, table in self._tables(plan, groups):
-            if len(group) == 1:
+            if len(group) == 1 or not per_shard:
                 yield group[0][0], table
                 continue
             offset = 0
