@@ -280,18 +280,22 @@ class BaseBuilder(datasets.ArrowBasedBuilder):
 
     def _generate_tables(self, plan, ranges: list[tuple[int, int]]):
         alone, batches = table_rows(ranges)
-        # One gather for consecutive tables of up to ROWS_PER_TABLE rows in all, cut back into
-        # the (shard, batch) tables datasets counts: 960 shards of a small corpus are a few dozen
-        # rows each, and a gather (and a thread hand-off) per shard would cost more than its rows.
+        # One gather for consecutive tables of up to ROWS_PER_TABLE rows in all: 960 shards of a
+        # small corpus are a few dozen rows each, and a gather (and a thread hand-off) per shard
+        # would cost more than its rows. The gather is cut back into the (shard, batch) tables
+        # only when datasets is told to save each shard's row count (off by default): it
+        # writes every table it is given as a record batch of its own, and 960 tables of a few
+        # dozen rows a pass took it about twice as long as tables of 1,000 rows (issue 43).
+        # Whole gathers are keyed by their number, as datasets 4.5 needs (it counts rows by
+        # key.original_shard_id and fails on a gap). A stream asks for one shard at a time,
+        # whose batches never join.
         groups = [([(key, len(rows))], rows) for key, rows in alone] + joined_batches(batches, ROWS_PER_TABLE)
-        # Unless datasets is told to save each shard's row count (off by default), a joined
-        # gather goes to the Arrow cache whole, under its first key: datasets writes every
-        # table it is given as a record batch of its own, and the 960 tables of a few dozen
-        # rows of a pass took it about twice as long as tables of 1,000 rows (issue 43).
-        # A stream asks for one shard at a time, whose batches never join.
-        per_shard = datasets.config.SAVE_ORIGINAL_SHARD_LENGTHS
-        for group, table in self._tables(plan, groups):
-            if len(group) == 1 or not per_shard:
+        per_shard = datasets.config.SAVE_ORIGINAL_SHARD_LENGTHS or all(len(group) == 1 for group, _ in groups)
+        for number, (group, table) in enumerate(self._tables(plan, groups)):
+            if not per_shard:
+                yield datasets.builder.Key(number, 0), table
+                continue
+            if len(group) == 1:
                 yield group[0][0], table
                 continue
             offset = 0
