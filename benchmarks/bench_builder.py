@@ -16,7 +16,7 @@ Ceilings (tokens/s):
                       into a preallocated batch: the limit of a shuffled gather done with numpy
 Rows:
   index build         sampling.build_indices for the corpus (seconds, tracemalloc peak)
-  load_dataset        download_and_prepare (the Arrow cache) + as_dataset, indices cached (goal >= 0.4x)
+  load_dataset        download_and_prepare (the Arrow cache) + as_dataset, indices cached
   cached read         the prepared dataset, numpy format with the file dtype, batches of 1,000
   streaming, arrow    streaming=True, with_format("arrow").iter(1000)
   streaming, numpy    streaming=True, with_format("numpy").iter(1000): datasets' formatter, int64
@@ -27,7 +27,9 @@ Rows:
                       (process_vm_readv), as where no read lease is granted
   datasets alone      load_dataset, the stream (arrow, numpy, numpy_batches) of a builder whose
                       tables are already made, in memory: datasets' own cost on each path, so
-                      the most any reader could reach there
+                      the most any reader could reach there; load_dataset over tables of 1,000
+                      rows (the builder's layout) and over a table a shard (its layout when
+                      datasets.config.SAVE_ORIGINAL_SHARD_LENGTHS is set)
   numpy formatter     datasets' numpy formatter alone on the same tables, already made: what
                       with_format("numpy") costs on top of the arrow row, whatever the reader
 Memory: the index build's peak of numpy allocations (tracemalloc), and the process's anonymous RSS
