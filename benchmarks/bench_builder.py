@@ -347,16 +347,13 @@ def main() -> None:
           f"{max(memory[:quarter]):,.0f}, last quarter {max(memory[-quarter:]):,.0f} (flat: nothing accumulates) |")
 
     index_ratio = index_build_against_megatron(int(args.index_sequences), repeats) if args.index_sequences else None
-    def alone_rate(path):
-        return rates[f"datasets alone: {path}"]
-
     def alone(path):
-        return alone_rate(path) / memmap_rate
+        return rates[f"datasets alone: {path}"] / memmap_rate
 
     def copying_only(path):
         """A reader that did nothing but copy its pieces with numpy slices (no lookups, no
         tables, no truncation safety), under datasets' own path: the two times added."""
-        return 1 / (1 / pieces_rate + 1 / alone_rate(path)) / memmap_rate
+        return 1 / (1 / pieces_rate + 1 / rates[f"datasets alone: {path}"]) / memmap_rate
 
     paths = {"load_dataset (Arrow cache)": ("load_dataset (Arrow cache) / np.memmap windows", 0.8),
              "streaming, arrow -> numpy (recipe)": ("numpy_batches on a stream / np.memmap windows", 0.8),

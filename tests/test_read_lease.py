@@ -103,7 +103,7 @@ def test_no_lease_while_the_file_is_open_for_writing_and_one_after(tmp_path, lea
     assert f.lease_held()
 
 
-def _child_reads(path, queue):
+def _child_reads(queue):
     f = MAPPED_IN_PARENT[0]
     try:
         values = _read_words(f, [11], [4]).tolist()
@@ -124,7 +124,7 @@ def test_a_forked_child_reads_under_a_lease_of_its_own_and_leaves_the_parents(tm
     MAPPED_IN_PARENT[:] = [f]
     context = multiprocessing.get_context("fork")
     queue = context.Queue()
-    child = context.Process(target=_child_reads, args=(str(tmp_path / "w"), queue))
+    child = context.Process(target=_child_reads, args=(queue,))
     child.start()
     result = queue.get(timeout=60)
     child.join(60)
