@@ -3,9 +3,11 @@ recorded) and their indices built side by side, a weighted blend's indices besid
 
 Threads, not processes: most of what the work spends its time in releases the GIL (numpy's
 cumsums and copies, the kernel's copies out of the maps, xxh3 digests, file writes), and the
-results (memory maps, opened files) stay in the process that reads them. Not the shuffles:
+results (memory maps, opened files) stay in the process that reads them. Not two shuffles:
 numpy's ``RandomState.shuffle`` holds the GIL, and so, in effect, does legacy_shuffle's loop
 of small numpy calls (measured: two in threads took 1.2x the time of one after the other).
+One shuffle beside work of large numpy calls does gain: sampling.build_indices shuffles a
+large shuffle index beside the sample index.
 Bounded by the cores this process may use and by MAX_THREADS; files: each job holds at most
 the descriptors of the pair it opens and the one cache file it writes (opened pairs are
 bounded by MMIDX_MAX_OPEN_FILES, cached arrays are maps that hold none).

@@ -38,7 +38,10 @@ def _slowly(function, seconds=0.4):
     return slow
 
 
-def test_build_indices_names_its_steps_in_order():
+@pytest.mark.parametrize("beside", [False, True], ids=["one thread", "shuffle index beside"])
+def test_build_indices_names_its_steps_in_order(monkeypatch, beside):
+    if beside:  # the shuffle index made in a thread while the sample index is built
+        monkeypatch.setattr(sampling, "BESIDE_SAMPLES", 1)
     seen = []
     plain = sampling.build_indices(np.array([5, 9, 0, 30]), seq_length=4, seed=3, num_epochs=2)
     hooked = sampling.build_indices(np.array([5, 9, 0, 30]), seq_length=4, seed=3, num_epochs=2,

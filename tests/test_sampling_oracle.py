@@ -152,10 +152,35 @@ def test_large_document_and_shuffle_indices_equal_megatron_functions(megatron, m
         assert ours.dtype == theirs.dtype and np.array_equal(ours, theirs)
 
 
+def test_build_indices_with_the_shuffle_index_made_beside_equal_megatron_functions(megatron):
+    """Past sampling.BESIDE_SAMPLES the shuffle index is shuffled in a thread while the sample
+    index is built: from the generator the document shuffle left, as GPTDataset's steps in order."""
+    rng = np.random.RandomState(11)
+    for num_epochs in (1, 3):
+        sizes = rng.randint(0, 80, 200_003).astype(np.int32)
+        tokens = int(sizes.sum())
+        seq_length = 1 if num_epochs == 1 else 2
+        assert (num_epochs * tokens - 1) // seq_length >= sampling.BESIDE_SAMPLES
+        ours = sampling.build_indices(sizes, seq_length=seq_length, seed=99, num_epochs=num_epochs)
+        theirs_rng = np.random.RandomState(99)
+        document_index = megatron.gpt_dataset._build_document_index(
+            np.arange(len(sizes), dtype=np.int32), num_epochs, theirs_rng, False)
+        sample_index = megatron.helpers.build_sample_idx(sizes, document_index, seq_length, num_epochs, tokens,
+                                                         True, True)
+        shuffle_index = megatron.gpt_dataset._build_shuffle_index(len(sample_index) - 1, len(sample_index) - 1,
+                                                                  theirs_rng)
+        for name, expected in (("document_index", document_index), ("sample_index", sample_index),
+                               ("shuffle_index", shuffle_index)):
+            got = getattr(ours, name)
+            assert got.dtype == expected.dtype and np.array_equal(got, expected), (name, num_epochs)
+
+
 def test_indices_built_in_their_cache_file_equal_gptdatasets(megatron, tmp_path, monkeypatch):
-    """Large indices are built where they are kept (sampling.IN_PLACE_BYTES, here every one):
-    as megatron-core builds them, and read back as written by the next open."""
+    """Large indices are built where they are kept (sampling.IN_PLACE_BYTES, here every one),
+    their shuffle index in a thread (sampling.BESIDE_SAMPLES, here every one): as megatron-core
+    builds them, and read back as written by the next open."""
     monkeypatch.setattr(sampling, "IN_PLACE_BYTES", 0)
+    monkeypatch.setattr(sampling, "BESIDE_SAMPLES", 1)
     rng = np.random.RandomState(7)
     compared = 0
     for case in range(60):

@@ -20,7 +20,8 @@ each swap waits on a cache miss (12-24 s on the 2-core machine, most of a cold b
 Arrays of under 24 MiB (SMALL_BYTES) take numpy's loop, faster while they fit the caches.
 
 Measured on the 2-core machine, 200M int32, five runs each: numpy's shuffle 12.2-14.4 s, this
-6.9-8.4 s (``tests/test_legacy_shuffle.py`` checks arrays and generator states against numpy's).
+6.9-8.4 s; on another day, two runs each, 11.1-11.4 s against 6.6-7.1 s
+(``tests/test_legacy_shuffle.py`` checks arrays and generator states against numpy's).
 """
 
 from __future__ import annotations
@@ -32,7 +33,11 @@ import numpy as np
 
 # Arrays under this many bytes go through numpy's own loop: it is faster while the array fits
 # the caches (measured on the 2-core machine, int32: 1.32x numpy's time at 2M elements, 1.06x at
-# 4M, 0.84x at 8M, 0.69x at 32M).
+# 4M, 0.84x at 8M, 0.69x at 32M; on another day, its L3 32 MiB: 3.3x, 2.4x, 1.7x at 8M, 0.97x
+# at 16M, 0.76x at 32M). Where numpy's loop stops being faster moves with the machine; there,
+# 64 MiB made the index build of benchmarks/bench_builder.py slower, not faster (1.02-1.36 s
+# against 0.91-0.96 s): past this size the shuffle index, made in a thread (sampling.py), lets
+# go of the GIL between its numpy calls, where numpy's loop holds it throughout.
 SMALL_BYTES = 24 << 20
 # Intervals drawn and swapped per round: bounds the temporaries (two int64 arrays).
 ROUND = 1 << 18
@@ -153,10 +158,11 @@ def _swap_in_order(x: np.ndarray, top: int, js: np.ndarray) -> None:
         # are above every later j, so nothing else can meet).
         cut = size
         low = i - size + 1
-        on_later_i = np.flatnonzero((j >= low) & (j < i - np.arange(size)))
-        if len(on_later_i):
-            cut = int((i - j[on_later_i]).min())  # the swap whose i that j is
         ordered = np.sort(j)
+        if ordered[-1] >= low:  # rare (one block in ~16): which j, if any, is a later swap's i
+            on_later_i = np.flatnonzero((j >= low) & (j < i - np.arange(size)))
+            if len(on_later_i):
+                cut = int((i - j[on_later_i]).min())  # the swap whose i that j is
         if (ordered[1:] == ordered[:-1]).any():
             by_place = np.argsort(j, kind="stable")
             repeats = by_place[1:][j[by_place[1:]] == j[by_place[:-1]]]
