@@ -7,7 +7,8 @@ results (memory maps, opened files) stay in the process that reads them. Not two
 numpy's ``RandomState.shuffle`` holds the GIL, and so, in effect, does legacy_shuffle's loop
 of small numpy calls (measured: two in threads took 1.2x the time of one after the other).
 One shuffle beside work of large numpy calls does gain: sampling.build_indices shuffles a
-large shuffle index beside the sample index.
+large shuffle index beside the sample index. With nothing beside it (nothing_beside), a
+document shuffle takes numpy's loop up to legacy_shuffle.ALONE_BYTES.
 Bounded by the cores this process may use and by MAX_THREADS; files: each job holds at most
 the descriptors of the pair it opens and the one cache file it writes (opened pairs are
 bounded by MMIDX_MAX_OPEN_FILES, cached arrays are maps that hold none).
@@ -20,6 +21,32 @@ import os
 import threading
 
 MAX_THREADS = 8
+
+# Jobs of this module running in threads now (pools of in_threads, threads of beside): while
+# there are none, a shuffle that holds the GIL throughout stalls no one (nothing_beside).
+_running = 0
+_running_lock = threading.Lock()
+
+
+def _count(change: int) -> None:
+    global _running
+    with _running_lock:
+        _running += change
+
+
+def _none_in_a_child() -> None:
+    global _running, _running_lock
+    _running, _running_lock = 0, threading.Lock()  # the threads stayed in the parent
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_none_in_a_child)
+
+
+def nothing_beside() -> bool:
+    """Whether no job of this module runs in a thread now (sampling's document shuffle then
+    takes numpy's loop where it is the faster: legacy_shuffle.ALONE_BYTES)."""
+    return _running == 0
 
 
 def workers() -> int:
@@ -38,8 +65,12 @@ def in_threads(function, items) -> list:
     count = min(workers(), len(items))
     if count <= 1:
         return [function(item) for item in items]
-    with concurrent.futures.ThreadPoolExecutor(count, thread_name_prefix="mmidx-work") as pool:
-        return list(pool.map(function, items))
+    _count(1)
+    try:
+        with concurrent.futures.ThreadPoolExecutor(count, thread_name_prefix="mmidx-work") as pool:
+            return list(pool.map(function, items))
+    finally:
+        _count(-1)
 
 
 def beside(function):
@@ -53,14 +84,21 @@ def beside(function):
     future = concurrent.futures.Future()
 
     def run():
-        if future.set_running_or_notify_cancel():
-            try:
-                future.set_result(function())
-            except BaseException as error:  # noqa: BLE001  handed to the caller, raised there
-                future.set_exception(error)
+        if not future.set_running_or_notify_cancel():
+            _count(-1)
+            return
+        try:
+            result = function()
+        except BaseException as error:  # noqa: BLE001  handed to the caller, raised there
+            _count(-1)
+            future.set_exception(error)
+        else:
+            _count(-1)  # before the caller is woken: its next step runs with nothing beside
+            future.set_result(result)
 
+    _count(1)  # before the thread starts: the caller's next step already runs beside it
     threading.Thread(target=run, name="mmidx-beside", daemon=True).start()
     return future.result
 
 
-__all__ = ["MAX_THREADS", "beside", "in_threads", "workers"]
+__all__ = ["MAX_THREADS", "beside", "in_threads", "nothing_beside", "workers"]

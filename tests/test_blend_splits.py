@@ -153,6 +153,29 @@ def test_a_weighted_blends_indices_are_built_beside_its_prefixes(blend, tmp_path
     assert _rows(_load(blend, tmp_path / "serial", split="train")) == threaded
 
 
+def test_nothing_beside_while_no_job_runs_in_a_thread(monkeypatch):
+    """parallel.nothing_beside (whether a shuffle may hold the GIL throughout): False from the
+    moment a job is started beside the caller or a pool of jobs runs until it ends, True
+    again after, errors included."""
+    monkeypatch.setattr(parallel, "workers", lambda: 2)
+    assert parallel.nothing_beside()
+    release = threading.Event()
+    wait = parallel.beside(lambda: release.wait(10) and parallel.nothing_beside())
+    assert not parallel.nothing_beside()
+    release.set()
+    assert wait() is False
+    assert parallel.nothing_beside()  # as soon as the caller has the result: its next build is alone
+    assert parallel.in_threads(lambda _: parallel.nothing_beside(), range(3)) == [False] * 3
+    assert parallel.nothing_beside()
+    with pytest.raises(ValueError):
+        parallel.in_threads(lambda _: int("x"), range(2))
+    with pytest.raises(ValueError):
+        parallel.beside(lambda: int("x"))()
+    assert parallel.nothing_beside()
+    monkeypatch.setattr(parallel, "workers", lambda: 1)  # one core: run at once, nothing beside
+    assert parallel.beside(parallel.nothing_beside)() and parallel.in_threads(lambda _: parallel.nothing_beside(), [1])
+
+
 def test_beside_hands_back_the_result_or_the_error_and_never_holds_the_exit(monkeypatch):
     """parallel.beside: the function's result, or its error raised where the caller waits; with
     one core it runs at once; its thread is a daemon, so a caller that fails first does not wait

@@ -13,14 +13,14 @@ from hypothesis import strategies as st
 from mmidx_builder.megatron import legacy_shuffle
 
 
-def _both(n: int, seed: int, dtype=np.int32, drawn_before: int = 0):
+def _both(n: int, seed: int, dtype=np.int32, drawn_before: int = 0, alone: bool = False):
     """(numpy's array, ours, numpy's generator, ours) after shuffling arange(n) from ``seed``."""
     theirs, ours = np.arange(n, dtype=dtype), np.arange(n, dtype=dtype)
     their_rng, our_rng = np.random.RandomState(seed), np.random.RandomState(seed)
     for rng in (their_rng, our_rng):
         rng.random_sample(drawn_before)
     their_rng.shuffle(theirs)
-    legacy_shuffle.shuffle(ours, our_rng)
+    legacy_shuffle.shuffle(ours, our_rng, alone=alone)
     return theirs, ours, their_rng, our_rng
 
 
@@ -62,10 +62,12 @@ def test_any_size_seed_and_position_in_the_stream(n, seed, drawn_before):
     assert _same_state(our_rng, their_rng)
 
 
-@pytest.mark.parametrize("n, dtype", [(6_291_457, np.int32), (3_145_729, np.int64), (6_400_003, np.uint32)])
-def test_sizes_past_numpys_path_shuffle_as_numpy_does(n, dtype):
-    assert n * np.dtype(dtype).itemsize >= legacy_shuffle.SMALL_BYTES  # the shipped threshold, not numpy's path
-    theirs, ours, their_rng, our_rng = _both(n, 20_24, dtype)
+@pytest.mark.parametrize("n, dtype, alone", [(6_291_457, np.int32, False), (3_145_729, np.int64, False),
+                                             (6_400_003, np.uint32, False), (16_777_217, np.int32, True)])
+def test_sizes_past_numpys_path_shuffle_as_numpy_does(n, dtype, alone):
+    # the shipped thresholds, not numpy's path
+    assert n * np.dtype(dtype).itemsize >= (legacy_shuffle.ALONE_BYTES if alone else legacy_shuffle.SMALL_BYTES)
+    theirs, ours, their_rng, our_rng = _both(n, 20_24, dtype, alone=alone)
     assert np.array_equal(ours, theirs)
     assert _same_state(our_rng, their_rng)
 

@@ -32,7 +32,8 @@ def _random_runs(rng, size, count, longest):
     return starts.astype(np.int64), lengths.astype(np.int64)
 
 
-@pytest.mark.parametrize("case", ["short runs of a small file", "long runs", "neighbours", "a few", "empty runs"])
+@pytest.mark.parametrize("case", ["short runs of a small file", "long runs", "neighbours", "a few", "empty runs",
+                                  "runs around the size of a join"])
 def test_gather_copies_the_runs_it_is_asked_for(tmp_path, way, case):
     rng = np.random.default_rng(len(case))
     data = rng.integers(0, 256, 300_000, dtype=np.uint8).tobytes()
@@ -45,6 +46,12 @@ def test_gather_copies_the_runs_it_is_asked_for(tmp_path, way, case):
     elif case == "neighbours":  # runs that continue each other are copied as one
         lengths = rng.integers(1, 50, 400)
         starts = np.cumsum(lengths) - lengths + 1000
+    elif case == "runs around the size of a join":  # joined a stretch at a time; a long one alone
+        join = mapped._JOIN_BYTES
+        starts, lengths = _random_runs(rng, len(data), 1_500, 300)
+        longer = rng.random(len(lengths)) < 0.05
+        lengths[longer] = rng.choice([join - 1, join, join + 1, 3 * join], int(longer.sum()))
+        starts[longer] = rng.integers(0, len(data) - lengths[longer] + 1)
     elif case == "a few":
         starts, lengths = np.array([0, len(data) - 3, 7]), np.array([5, 3, 0])
     else:

@@ -128,16 +128,19 @@ def test_document_and_shuffle_index_equal_megatron_functions(megatron):
 
 @pytest.mark.parametrize("pieces", ["as shipped", "small"])
 def test_large_document_and_shuffle_indices_equal_megatron_functions(megatron, monkeypatch, pieces):
-    """Past legacy_shuffle.SMALL_BYTES our shuffles are not numpy's loop (legacy_shuffle.py):
-    the arrays must still be megatron-core's, shuffle after shuffle from one generator (as
-    shipped: the whole epochs past the threshold, the separate final one under it); "small"
-    runs every path of it (band edges, windows, blocks, word buffers) many times over."""
+    """Past legacy_shuffle.SMALL_BYTES (ALONE_BYTES for the document index) our shuffles are
+    not numpy's loop (legacy_shuffle.py): the arrays must still be megatron-core's, shuffle
+    after shuffle from one generator (as shipped: a document index past its threshold, whole
+    epochs under it with the separate final one; shuffle indices past theirs); "small" runs
+    every path of it (band edges, windows, blocks, word buffers) many times over."""
     from mmidx_builder.megatron import legacy_shuffle
 
-    cases = ((1234, 3_500_001, 3, True), (5, 3_300_007, 2, False))
+    cases = ((1234, 3_500_001, 3, True), (5, 8_400_007, 2, False))
+    if pieces == "as shipped":
+        assert 8_400_007 * 2 * 4 >= legacy_shuffle.ALONE_BYTES > 3_500_001 * 2 * 4 >= legacy_shuffle.SMALL_BYTES
     if pieces == "small":
-        for name, value in (("SMALL_BYTES", 0), ("ROUND", 1001), ("WINDOW", 257), ("MAX_BLOCK", 31),
-                            ("_WORDS", 4099)):
+        for name, value in (("SMALL_BYTES", 0), ("ALONE_BYTES", 0), ("ROUND", 1001), ("WINDOW", 257),
+                            ("MAX_BLOCK", 31), ("_WORDS", 4099)):
             monkeypatch.setattr(legacy_shuffle, name, value)
         cases = ((1234, 100_003, 3, True), (5, 70_001, 2, False), (77, 65_536, 1, False))
     for seed, count, num_epochs, separate in cases:

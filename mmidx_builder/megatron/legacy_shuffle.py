@@ -17,7 +17,8 @@ each swap waits on a cache miss (12-24 s on the 2-core machine, most of a cold b
    swap that touches a place an earlier swap of the block wrote (then the block restarts
    there): for blocks of ~sqrt(i/16) swaps, about one block in eight.
 
-Arrays of under 24 MiB (SMALL_BYTES) take numpy's loop, faster while they fit the caches.
+Arrays of under 24 MiB (SMALL_BYTES; 64 MiB, ALONE_BYTES, where nothing runs beside the
+shuffle) take numpy's loop, faster while they fit the caches.
 
 Measured on the 2-core machine, 200M int32, five runs each: numpy's shuffle 12.2-14.4 s, this
 6.9-8.4 s; on another day, two runs each, 11.1-11.4 s against 6.6-7.1 s
@@ -39,6 +40,11 @@ import numpy as np
 # against 0.91-0.96 s): past this size the shuffle index, made in a thread (sampling.py), lets
 # go of the GIL between its numpy calls, where numpy's loop holds it throughout.
 SMALL_BYTES = 24 << 20
+# The same for a shuffle that nothing runs beside (the document index): numpy's loop holding
+# the GIL stalls no one there. int32, best of 3, numpy's time / this module's: on a machine of
+# L3 480 MiB 0.55x at 10M elements, 0.72x at 16M, 0.84x at 24M, 0.94x at 32M, 1.05x at 60M;
+# on one of L3 32 MiB, 0.97x at 16M and 1.32x at 32M.
+ALONE_BYTES = 64 << 20
 # Intervals drawn and swapped per round: bounds the temporaries (two int64 arrays).
 ROUND = 1 << 18
 # Swaps applied together at most (the block's sort and gathers stay in the caches).
@@ -49,10 +55,13 @@ WINDOW = 1 << 16
 _WORDS = 1 << 18
 
 
-def shuffle(x: np.ndarray, rng: np.random.RandomState) -> None:
-    """``rng.shuffle(x)``, in place: the same permutation, ``rng`` left in the same state."""
+def shuffle(x: np.ndarray, rng: np.random.RandomState, alone: bool = False) -> None:
+    """``rng.shuffle(x)``, in place: the same permutation, ``rng`` left in the same state.
+    ``alone``: nothing runs beside this shuffle in another thread (ALONE_BYTES then, not
+    SMALL_BYTES, decides where numpy's loop stops)."""
     generator = getattr(rng, "_bit_generator", None)  # the legacy stream's own words are what it draws
-    if (type(x) is not np.ndarray or x.ndim != 1 or len(x) < 2 or x.nbytes < SMALL_BYTES or len(x) - 1 > 0xFFFFFFFF
+    small = ALONE_BYTES if alone else SMALL_BYTES
+    if (type(x) is not np.ndarray or x.ndim != 1 or len(x) < 2 or x.nbytes < small or len(x) - 1 > 0xFFFFFFFF
             or not isinstance(generator, np.random.MT19937)):
         rng.shuffle(x)  # numpy's path: small, or drawn in 64-bit words, or not an MT19937 stream
         return
