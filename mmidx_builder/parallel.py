@@ -9,6 +9,7 @@ of small numpy calls (measured: two in threads took 1.2x the time of one after t
 One shuffle beside work of large numpy calls does gain: sampling.build_indices shuffles a
 large shuffle index beside the sample index. With nothing beside it (nothing_beside), a
 document shuffle takes numpy's loop up to legacy_shuffle.ALONE_BYTES.
+Quick jobs (a warm open's) stay in the calling thread: see SERIAL_SECONDS.
 Bounded by the cores this process may use and by MAX_THREADS; files: each job holds at most
 the descriptors of the pair it opens and the one cache file it writes (opened pairs are
 bounded by MMIDX_MAX_OPEN_FILES, cached arrays are maps that hold none).
@@ -19,6 +20,7 @@ from __future__ import annotations
 import concurrent.futures
 import os
 import threading
+import time
 
 MAX_THREADS = 8
 
@@ -58,17 +60,36 @@ def workers() -> int:
     return max(1, min(cores, MAX_THREADS))
 
 
+# Jobs run in the calling thread, one after another, until one takes longer than this; the rest
+# then go to the threads. A warm open's jobs (a pair's record read, a prefix's cached indices
+# mapped: ~0.3-0.5 ms each of Python and system calls) ran 2.3x slower in two threads than in
+# one, each thread waiting for the GIL at every system call: 1,000 prefixes split 969,30,1,
+# warm open 1.19 s against 0.62 s (benchmarks/bench_scale.py's blend). A cold open's
+# jobs (a whole .idx validated, indices built: numpy and digests that let the GIL go) take
+# tens of milliseconds past the smallest prefixes, and gain from the threads.
+SERIAL_SECONDS = 0.02
+
+
 def in_threads(function, items) -> list:
-    """``[function(item) for item in items]`` in :func:`workers` threads: the results, and the
-    first error, in the items' order, as the serial loop gives them."""
+    """``[function(item) for item in items]``, in :func:`workers` threads from the first job
+    that took longer than SERIAL_SECONDS on: the results, and the first error, in the items'
+    order, as the serial loop gives them."""
     items = list(items)
-    count = min(workers(), len(items))
-    if count <= 1:
-        return [function(item) for item in items]
+    threads = workers()
+    results = []
+    if threads > 1:
+        for item in items:
+            started = time.perf_counter()
+            results.append(function(item))
+            if time.perf_counter() - started > SERIAL_SECONDS:
+                break
+    rest = items[len(results):]
+    if threads <= 1 or len(rest) <= 1:
+        return results + [function(item) for item in rest]
     _count(1)
     try:
-        with concurrent.futures.ThreadPoolExecutor(count, thread_name_prefix="mmidx-work") as pool:
-            return list(pool.map(function, items))
+        with concurrent.futures.ThreadPoolExecutor(min(threads, len(rest)), thread_name_prefix="mmidx-work") as pool:
+            return results + list(pool.map(function, rest))
     finally:
         _count(-1)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import os
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -97,6 +98,11 @@ def test_the_prefixes_of_a_split_are_built_at_once(blend, tmp_path, monkeypatch)
     build = sampling.build_indices
 
     def meeting_build(*args, **kwargs):
+        if threading.current_thread() is threading.main_thread():
+            # The first build, in the calling thread (parallel.SERIAL_SECONDS): as long as a
+            # cold build, after which the rest go to the threads.
+            time.sleep(2 * parallel.SERIAL_SECONDS)
+            return build(*args, **kwargs)
         try:
             both.wait()
             met.append(True)
@@ -165,7 +171,13 @@ def test_nothing_beside_while_no_job_runs_in_a_thread(monkeypatch):
     release.set()
     assert wait() is False
     assert parallel.nothing_beside()  # as soon as the caller has the result: its next build is alone
-    assert parallel.in_threads(lambda _: parallel.nothing_beside(), range(3)) == [False] * 3
+    def slow_first(item):
+        if item == 0:
+            time.sleep(2 * parallel.SERIAL_SECONDS)
+        return parallel.nothing_beside()
+
+    # The first job runs in the calling thread; it took long, so the rest run in the threads.
+    assert parallel.in_threads(slow_first, range(3)) == [True, False, False]
     assert parallel.nothing_beside()
     with pytest.raises(ValueError):
         parallel.in_threads(lambda _: int("x"), range(2))
@@ -174,6 +186,36 @@ def test_nothing_beside_while_no_job_runs_in_a_thread(monkeypatch):
     assert parallel.nothing_beside()
     monkeypatch.setattr(parallel, "workers", lambda: 1)  # one core: run at once, nothing beside
     assert parallel.beside(parallel.nothing_beside)() and parallel.in_threads(lambda _: parallel.nothing_beside(), [1])
+
+
+def test_quick_jobs_stay_in_the_calling_thread_and_slow_ones_move_to_the_threads(monkeypatch):
+    """parallel.in_threads: jobs of a warm open (each well under SERIAL_SECONDS) run one after
+    another in the calling thread, where two threads would wait on each other for the GIL; from
+    the first job that took longer, the rest run in the threads. The results and the first
+    error come in the items' order either way."""
+    monkeypatch.setattr(parallel, "workers", lambda: 2)
+    monkeypatch.setattr(parallel, "SERIAL_SECONDS", 0.2)  # far above a quick job, whatever the machine's load
+    caller = threading.current_thread()
+    assert set(parallel.in_threads(lambda _: threading.current_thread(), range(50))) == {caller}
+
+    def slow_third(item):
+        if item == 2:
+            time.sleep(2 * parallel.SERIAL_SECONDS)
+        return item, threading.current_thread()
+
+    done = parallel.in_threads(slow_third, range(8))
+    assert [item for item, _ in done] == list(range(8))
+    assert {thread for _, thread in done[:3]} == {caller} and caller not in {thread for _, thread in done[3:]}
+
+    def fails_late(item):
+        if item == 0:
+            time.sleep(2 * parallel.SERIAL_SECONDS)
+        if item in (3, 5):
+            raise ValueError(f"job {item}")
+        return item
+
+    with pytest.raises(ValueError, match="job 3"):
+        parallel.in_threads(fails_late, range(8))
 
 
 def test_beside_hands_back_the_result_or_the_error_and_never_holds_the_exit(monkeypatch):
