@@ -105,17 +105,16 @@ def beside(function):
     future = concurrent.futures.Future()
 
     def run():
-        if not future.set_running_or_notify_cancel():
-            _count(-1)
-            return
+        outcome = None
         try:
-            result = function()
+            if future.set_running_or_notify_cancel():
+                outcome = (future.set_result, function())
         except BaseException as error:  # noqa: BLE001  handed to the caller, raised there
-            _count(-1)
-            future.set_exception(error)
-        else:
-            _count(-1)  # before the caller is woken: its next step runs with nothing beside
-            future.set_result(result)
+            outcome = (future.set_exception, error)
+        _count(-1)  # before the caller is woken: its next step runs with nothing beside
+        if outcome is not None:
+            hand_back, value = outcome
+            hand_back(value)
 
     _count(1)  # before the thread starts: the caller's next step already runs beside it
     threading.Thread(target=run, name="mmidx-beside", daemon=True).start()

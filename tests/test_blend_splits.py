@@ -171,6 +171,7 @@ def test_nothing_beside_while_no_job_runs_in_a_thread(monkeypatch):
     release.set()
     assert wait() is False
     assert parallel.nothing_beside()  # as soon as the caller has the result: its next build is alone
+
     def slow_first(item):
         if item == 0:
             time.sleep(2 * parallel.SERIAL_SECONDS)
