@@ -46,6 +46,20 @@ def test_in_order_and_strided_walks_gather_several_shards_at_once():
         assert all(len(rows) <= 100 for rows in make.calls)
 
 
+def test_local_gathers_grow_to_their_bytes_once_a_table_has_shown_its_row_size():
+    """A local stream's walk is gathered ``gather_bytes`` of rows at a time (here a row is one
+    int64), never fewer than ``limit`` rows, and still serves exactly each shard's rows."""
+    layout = shard_ranges(2000, 200)  # shards of 10 rows
+    for gather_bytes, most in ((800, 100), (8000, 1000), (80, 30)):
+        make = CountingMaker()
+        read_ahead = ShardReadAhead(make, layout, limit=30, gather_bytes=gather_bytes)
+        assert served(read_ahead, layout, range(len(layout))) == [list(range(*r)) for r in layout]
+        sizes = [len(rows) for rows in make.calls]
+        # Two shards alone (the stride is not known yet; their tables show the row size), then
+        # gathers of `gather_bytes` (at least `limit` rows) until the split runs out.
+        assert sizes[:2] == [10, 10] and all(s == most for s in sizes[2:-1]) and sizes[-1] <= most
+
+
 def test_a_new_pass_a_jump_and_foreign_rows_are_served_exactly():
     layout = shard_ranges(300, 30)
     make = CountingMaker()

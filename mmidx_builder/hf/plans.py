@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import datasets
 
 from ..sources.token_source import check_opened, check_still_named
-from .readahead import ReadAhead, ShardReadAhead
+from .readahead import LOCAL_GATHER_BYTES, ReadAhead, ShardReadAhead
 from .tables import ROWS_PER_TABLE, shard_ranges
 
 
@@ -79,7 +79,7 @@ class OpenedSplit:
             if key not in self._makers:
                 layout = shard_ranges(self.num_rows, num_shards)
                 self._makers[key] = (ReadAhead(self.table, layout, ROWS_PER_TABLE, read_ahead_bytes) if remote
-                                     else ShardReadAhead(self.table, layout, ROWS_PER_TABLE))
+                                     else ShardReadAhead(self.table, layout, ROWS_PER_TABLE, LOCAL_GATHER_BYTES))
             return self._makers[key]
 
 

@@ -9,10 +9,11 @@ few dozen rows: measured, about 40% of the streaming time on such a corpus.
 :class:`ShardReadAhead` serves those calls. When the shards asked for walk the split's shard
 layout with a steady stride (one process reading every shard in order: stride 1; each of n
 DataLoader workers or ranks reading every n-th shard: stride n), the next shards on that stride
-are gathered together with the one asked for, up to ``limit`` rows, and kept for the calls
-that ask for them. Any other order (shuffled shards, resharded ranges, a resumed iterator)
-gets one gather per call, as without read-ahead. Either way a call's table holds exactly the
-rows asked for, in order: what is read ahead only changes how many gathers make them.
+are gathered together with the one asked for, up to ``gather_bytes`` of rows (16 MiB for a
+local stream), and kept for the calls that ask for them. Any other order (shuffled shards,
+resharded ranges, a resumed iterator) gets one gather per call, as without read-ahead. Either
+way a call's table holds exactly the rows asked for, in order: what is read ahead only changes
+how many gathers make them.
 
 :class:`ReadAhead` is for files read over the network, where a gather waits on round trips
 rather than on memory: the table asked for is made at once (the first sample comes fast) and
@@ -41,13 +42,17 @@ from ..storage.remote import background_fetches
 
 class ShardReadAhead:
     """Tables of rows ``make(rows)``, gathered several shards at a time when calls walk
-    ``layout`` (the split's shard ranges, in order) with a steady stride. Thread-safe."""
+    ``layout`` (the split's shard ranges, in order) with a steady stride: a gather holds up to
+    ``limit`` rows, or ``gather_bytes`` of rows once a gather has shown their size. Thread-safe."""
 
-    def __init__(self, make: Callable[[np.ndarray], object], layout: Sequence[tuple[int, int]], limit: int):
+    def __init__(self, make: Callable[[np.ndarray], object], layout: Sequence[tuple[int, int]], limit: int,
+                 gather_bytes: int = 0):
         self._make = make
         self._layout = [tuple(map(int, r)) for r in layout]
         self._starts = [start for start, _ in self._layout]
         self._limit = limit
+        self._gather_bytes = gather_bytes
+        self._row_bytes = 0  # the largest bytes per row of the gathers made so far
         self._lock = threading.Lock()
         self._last = None  # the shard asked for last
         self._stride = 0  # the step between the last two shards asked for
@@ -79,22 +84,29 @@ class ShardReadAhead:
                 return self._table.slice(*held)
             shards, total = [shard], len(rows)
             if steady:
+                limit = max(self._limit, self._gather_bytes // self._row_bytes) if self._row_bytes else self._limit
                 following = shard + step
                 while following < len(self._layout):
                     size = self._layout[following][1] - self._layout[following][0]
-                    if total + size > self._limit:
+                    if total + size > limit:
                         break
                     shards.append(following)
                     total += size
                     following += step
             if len(shards) == 1:
                 self._held, self._table = {}, None
-                return self._make(rows)
-            table = self._make(np.concatenate([np.arange(*self._layout[s], dtype=np.int64) for s in shards]))
+                return self._measured(self._make(rows), total)
+            table = self._measured(self._make(np.concatenate([np.arange(*self._layout[s], dtype=np.int64)
+                                                              for s in shards])), total)
             offsets = np.cumsum([0] + [self._layout[s][1] - self._layout[s][0] for s in shards]).tolist()
             self._held = {s: (offsets[k], offsets[k + 1] - offsets[k]) for k, s in enumerate(shards) if k}
             self._table = table
             return table.slice(0, offsets[1])
+
+    def _measured(self, table, rows: int):
+        """``table``, its bytes per row remembered (the largest seen) to size the next gathers."""
+        self._row_bytes = max(self._row_bytes, -(-getattr(table, "nbytes", 0) // max(1, rows)))
+        return table
 
 
 _SUBMISSIONS = itertools.count(1)  # gathers in the order submitted: the order their requests go out
@@ -119,6 +131,17 @@ READ_AHEAD_GROWTH = 0.25
 # (remote.plan_runs). Measured on a 20 MB .bin at 25 ms per request: 3.2 requests per sample
 # with gathers of 1,000 rows (4 MB), ~0.2 with 8,000.
 GATHER_BYTES = 32 << 20
+
+# A local stream's shards walked in order are gathered up to this many bytes of samples at a
+# time (at least ROWS_PER_TABLE rows). The shards' tables are then slices of one buffer, so
+# the batches datasets joins from them are consecutive rows of it, which numpy_batches views
+# without a copy (training/as_numpy.py). Batches that span two gathers are still copied:
+# 100M tokens at seq_length 2048, batches of 1,000 rows: none of 49 viewed with gathers of
+# ~1,000 rows, 36 with 16 MiB, 42 with 32 MiB; numpy_batches 0.63-0.66x -> 0.72-0.74x the
+# np.memmap window ceiling (bench_builder.py). The cost is the gather a process holds: the
+# stream's anonymous RSS peaks at 297 MiB instead of 281 (314 with 32 MiB). Shards larger
+# than a gather are made a table of ROWS_PER_TABLE rows at a time, as before.
+LOCAL_GATHER_BYTES = 16 << 20
 
 
 def _in_dataloader_worker() -> bool:
