@@ -35,6 +35,10 @@ Rows:
 Memory: the index build's peak of numpy allocations (tracemalloc), and the process's anonymous RSS
 (heap; the page cache of the mapped .bin is not counted) after every batch of a streaming pass.
 
+Passes in a row: 10 passes of the ceiling, the Arrow stream and numpy_batches back to back,
+the garbage collector left to itself as in a training loop (the table above collects before
+every run): the mean and the slowest pass, and the collections made a pass.
+
 Index build against megatron-core (--index-sequences, default 5M lognormal lengths, 3 epochs; 0
 skips): sampling.build_indices against _build_document_index + the C++ helpers.build_sample_idx +
 _build_shuffle_index as GPTDataset calls them, best of --repeats, the two taking turns.
@@ -86,6 +90,31 @@ def best_rates(repeats: int, tokens: int, runs: dict) -> dict:
             run()
             best[name] = min(best[name], time.perf_counter() - start)
     return {name: tokens / seconds for name, seconds in best.items()}
+
+
+# Passes of a path run back to back, the garbage collector left to itself, as a training
+# loop runs them (best_rates collects before each run: its figures never show a collection).
+PASSES_IN_A_ROW = 10
+
+
+def passes_in_a_row(runs: dict, passes: int) -> None:
+    """Prints the mean and the slowest of ``passes`` passes of each of ``runs`` in a row,
+    against the first run's mean, and the collections the garbage collector made a pass."""
+    print(f"\n{passes} passes in a row, no gc.collect() between them:\n")
+    print("| path | mean s | slowest s | mean x the first row's mean | collections a pass |\n|---|---|---|---|---|")
+    first = None
+    for name, run in runs.items():
+        run()
+        collections = sum(generation["collections"] for generation in gc.get_stats())
+        seconds = []
+        for _ in range(passes):
+            start = time.perf_counter()
+            run()
+            seconds.append(time.perf_counter() - start)
+        made = (sum(generation["collections"] for generation in gc.get_stats()) - collections) / passes
+        mean = sum(seconds) / passes
+        first = first or mean
+        print(f"| {name} | {mean:.3f} | {max(seconds):.3f} | {first / mean:.2f}x | {made:.0f} |")
 
 
 def window_ceiling(prefix: str, num_samples: int, plain_view: bool):
@@ -345,6 +374,9 @@ def main() -> None:
     print(f"| streaming, anonymous RSS before the pass | {heap_before:,.0f} | interpreter, datasets, pyarrow, torch |")
     print(f"| streaming, anonymous RSS peak | {max(memory):,.0f} | first quarter of the pass "
           f"{max(memory[:quarter]):,.0f}, last quarter {max(memory[-quarter:]):,.0f} (flat: nothing accumulates) |")
+
+    passes_in_a_row({name: runs[name] for name in ("ceiling: windows, np.memmap slices", "streaming, arrow",
+                                                   "streaming, arrow -> numpy (recipe)")}, PASSES_IN_A_ROW)
 
     index_ratio = index_build_against_megatron(int(args.index_sequences), repeats) if args.index_sequences else None
     def alone(path):
