@@ -84,7 +84,7 @@ class ShardReadAhead:
                 return self._table.slice(*held)
             shards, total = [shard], len(rows)
             if steady:
-                limit = max(self._limit, self._gather_bytes // self._row_bytes) if self._row_bytes else self._limit
+                limit = _rows_in(self._gather_bytes, self._row_bytes, at_least=self._limit)
                 following = shard + step
                 while following < len(self._layout):
                     size = self._layout[following][1] - self._layout[following][0]
@@ -95,18 +95,29 @@ class ShardReadAhead:
                     following += step
             if len(shards) == 1:
                 self._held, self._table = {}, None
-                return self._measured(self._make(rows), total)
+                return self._measured(self._make(rows))
             table = self._measured(self._make(np.concatenate([np.arange(*self._layout[s], dtype=np.int64)
-                                                              for s in shards])), total)
+                                                              for s in shards])))
             offsets = np.cumsum([0] + [self._layout[s][1] - self._layout[s][0] for s in shards]).tolist()
             self._held = {s: (offsets[k], offsets[k + 1] - offsets[k]) for k, s in enumerate(shards) if k}
             self._table = table
             return table.slice(0, offsets[1])
 
-    def _measured(self, table, rows: int):
+    def _measured(self, table):
         """``table``, its bytes per row remembered (the largest seen) to size the next gathers."""
-        self._row_bytes = max(self._row_bytes, -(-getattr(table, "nbytes", 0) // max(1, rows)))
+        self._row_bytes = max(self._row_bytes, _bytes_per_row(table))
         return table
+
+
+def _bytes_per_row(table) -> int:
+    """A made table's bytes per row, rounded up."""
+    return -(-table.nbytes // max(1, table.num_rows))
+
+
+def _rows_in(gather_bytes: int, row_bytes: int, at_least: int) -> int:
+    """Rows of ``row_bytes`` each that ``gather_bytes`` holds, at least ``at_least`` (also
+    while no row has been seen: ``row_bytes`` 0)."""
+    return max(at_least, gather_bytes // row_bytes) if row_bytes else at_least
 
 
 _SUBMISSIONS = itertools.count(1)  # gathers in the order submitted: the order their requests go out
@@ -385,7 +396,7 @@ class ReadAhead:
     def _gather_rows(self) -> int:
         """Rows one background gather may hold: ``gather_bytes`` of the rows seen so far, at
         least a table."""
-        return max(self._rows_per_table, self._gather_bytes // max(1, self._row_bytes))
+        return _rows_in(self._gather_bytes, max(1, self._row_bytes), at_least=self._rows_per_table)
 
     def _make_unless_dropped(self, rows: np.ndarray, dropped: threading.Event, priority: int):
         # Behind the tables asked for now and the gathers submitted before; stops once dropped.
@@ -412,7 +423,7 @@ class ReadAhead:
                 with self._lock:
                     self._held -= nbytes
         with self._lock:
-            self._row_bytes = max(self._row_bytes, -(-table.nbytes // max(1, table.num_rows)))
+            self._row_bytes = max(self._row_bytes, _bytes_per_row(table))
             self._handed_out += table.nbytes
         return table
 

@@ -42,8 +42,10 @@ def _view_of_consecutive_rows(column: pa.ChunkedArray) -> np.ndarray | None:
     datasets joined from slices of one table: a local stream's shards gathered together,
     hf/readahead.py) as a 2-D view of that array's values, without the copy joining the
     chunks would make; None for any other column. The view keeps the whole array alive."""
+    if not pa.types.is_fixed_size_list(column.type):
+        return None
     chunks = [chunk for chunk in column.chunks if len(chunk)]
-    if len(chunks) < 2 or not pa.types.is_fixed_size_list(column.type):
+    if len(chunks) < 2:
         return None
     values = chunks[0].values  # the whole child array, whatever the chunk's slice
     if values.null_count or not (pa.types.is_integer(values.type) or pa.types.is_floating(values.type)):
