@@ -53,7 +53,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import glob
 import os
+import platform
 import shutil
 import time
 import tracemalloc
@@ -65,6 +67,29 @@ from bench_format import LENGTH_DISTRIBUTIONS, make_corpus, through_kernel  # co
 SEQ_LENGTH = 2048
 WINDOW = SEQ_LENGTH + 1
 BATCH = 1000
+
+
+def machine() -> str:
+    """The CPU, its cores and its last-level cache, and the 1-minute load: the figures below
+    moved with these from one machine to the next (docs/benchmarks.md), above all the ratio
+    of numpy's own loops to anything made of many numpy calls."""
+    caches = {}
+    for folder in sorted(glob.glob("/sys/devices/system/cpu/cpu0/cache/index*")):
+        try:
+            with open(os.path.join(folder, "level")) as level, open(os.path.join(folder, "size")) as size:
+                caches[int(level.read())] = size.read().strip()  # "107520K"
+        except (OSError, ValueError):
+            continue
+    model = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as cpuinfo:
+        model = next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")), model)
+    if not caches:
+        last = "caches unknown"
+    else:
+        size = caches[max(caches)]
+        kib = int(size[:-1]) if size.endswith("K") and size[:-1].isdigit() else None
+        last = f"L{max(caches)} " + (f"{kib / 1024:,.0f} MiB" if kib else size)
+    return f"{model}, {os.cpu_count()} cores, {last}, load {os.getloadavg()[0]:.2f}"
 
 
 def rss_anon_mib() -> float:
@@ -357,7 +382,7 @@ def main() -> None:
 
     print(f"\n{args.lengths} document lengths: {indexed.num_documents:,} documents, {num_samples:,} samples of "
           f"{WINDOW} tokens ({total / 1e6:,.0f}M tokens, .bin {os.path.getsize(prefix + '.bin') / 2**20:,.0f} MiB), "
-          f"best of {repeats}\n")
+          f"best of {repeats}; {machine()}\n")
     print(f"| {'path':<40} | {'M tokens/s':>10} | {'x np.memmap windows':>19} | {'x view windows':>14} "
           f"| {'x same pieces':>13} | note")
     print(f"|{'-' * 42}|{'-' * 12}|{'-' * 21}|{'-' * 16}|{'-' * 15}|------")

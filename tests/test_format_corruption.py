@@ -294,6 +294,51 @@ def test_pointers_that_are_not_increasing(pair):
     expect_format_error(pair, field="sequence_pointers[0]")
 
 
+
+def first_off_by_definition(pointers, lengths, start, itemsize):
+    """The first pointer that is not its running byte offset, summed in Python integers and
+    compared in int64 (as the file holds them), or None."""
+    offset = start
+    for k, (pointer, length) in enumerate(zip(pointers.tolist(), lengths.tolist())):
+        if pointer != (offset + 2**63) % 2**64 - 2**63:
+            return k
+        offset += length * itemsize
+    return None
+
+
+@settings(max_examples=300, deadline=None)
+@given(lengths=st.lists(st.integers(0, 2**31 - 1), min_size=1, max_size=40), itemsize=st.sampled_from([1, 2, 4, 8]),
+       start=st.integers(0, 2**40), data=st.data())
+def test_the_pointer_check_finds_the_first_pointer_off_its_running_offset(lengths, itemsize, start, data):
+    """The check by steps (indexed.py) against the running sum, on damage of every kind:
+    pointers shifted, swapped, or set to int64's extremes, where a step wraps around."""
+    from mmidx_builder.sources.indexed import _first_off_running_offsets
+
+    lengths = np.array(lengths, np.int32)
+    pointers = (start + itemsize * (np.cumsum(lengths, dtype=np.int64) - lengths)).astype(np.int64)
+    for _ in range(data.draw(st.integers(0, 3))):
+        k = data.draw(st.integers(0, len(pointers) - 1))
+        value = data.draw(st.one_of(st.integers(-(2**63), 2**63 - 1), st.sampled_from(
+            [-(2**63), 2**63 - 1, int(pointers[k]) + 1, int(pointers[k]) - itemsize, 0])))
+        pointers[k] = (value + 2**63) % 2**64 - 2**63  # as int64 holds it
+    assert _first_off_running_offsets(pointers, lengths, start, itemsize) == \
+        first_off_by_definition(pointers, lengths, start, itemsize)
+
+
+@pytest.mark.parametrize("index", [0, 1, 2, 3, 4, 5, N - 1])
+def test_a_bad_pointer_is_found_on_either_side_of_a_chunk_boundary(pair, index, monkeypatch):
+    """The index is checked a chunk at a time, each chunk's first pointer against the tokens
+    before it: chunks of 3 sequences put boundaries after sequences 2 and 5."""
+    from mmidx_builder.sources import indexed as module
+
+    monkeypatch.setattr(module, "_VALIDATE_CHUNK", 3)
+    lengths = struct.unpack_from(f"<{N}i", open(pair + ".idx", "rb").read(), LENGTHS_AT)
+    right = 2 * sum(lengths[:index])  # uint16 tokens
+    patch(pair + ".idx", "<q", POINTERS_AT + 8 * index, right + 2)
+    error = expect_format_error(pair, field=f"sequence_pointers[{index}]")
+    assert (error.expected, error.found, error.offset) == (right, right + 2, POINTERS_AT + 8 * index)
+    assert IndexedFile.open(write_valid(os.path.dirname(pair) + "/intact")).num_sequences == N
+
 # --- document index -------------------------------------------------------------------------
 
 @pytest.mark.parametrize("position,value,field", [

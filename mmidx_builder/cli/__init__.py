@@ -28,7 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _version_line() -> str:
-    """``mmidx 0.3.7 (datasets 5.2.0, Python 3.11.7)``: what a bug report needs; read from the
+    """``mmidx 0.3.8 (datasets 5.2.0, Python 3.11.7)``: what a bug report needs; read from the
     installed packages' metadata, so that nothing is imported for it."""
     import platform
     from importlib.metadata import PackageNotFoundError, version
