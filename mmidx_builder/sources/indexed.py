@@ -156,14 +156,13 @@ _BLOCK_BITS = 8
 _COPY_BELOW = KEPT_LENGTHS
 
 
-
 def _first_off_running_offsets(pointers: np.ndarray, lengths: np.ndarray, start: int, itemsize: int) -> int | None:
     """The first ``k`` where ``pointers[k]`` is not ``start + itemsize * sum(lengths[:k])``, or
     None. Checked as steps (each pointer's step from the one before is its predecessor's
     length in bytes) rather than against a running sum: numpy's cumsum goes one element at a
-    time, ~1.7 s of the 5.3 s check of a 200M-sequence index (benchmarks/bench_scale.py),
-    a difference goes many at once. The two agree exactly, wrap-around included: with the
-    first pointer right, steps equal modulo 2^64 make pointers equal modulo 2^64, so equal."""
+    time, a difference many at once (for 200M sequences, 1.3-1.4 s against 2.1-2.3 s on a
+    machine of L3 105 MiB: docs/benchmarks.md). The two agree exactly, wrap-around included:
+    with the first pointer right, steps equal modulo 2^64 make pointers equal modulo 2^64."""
     if len(pointers) == 0:
         return None
     if pointers[0] != start:
@@ -174,6 +173,7 @@ def _first_off_running_offsets(pointers: np.ndarray, lengths: np.ndarray, start:
     if np.array_equal(steps, sizes):
         return None
     return first_bad(steps != sizes) + 1
+
 
 class IndexedFile:
     """One validated ``.bin``/``.idx`` pair.
