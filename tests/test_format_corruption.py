@@ -294,7 +294,6 @@ def test_pointers_that_are_not_increasing(pair):
     expect_format_error(pair, field="sequence_pointers[0]")
 
 
-
 def first_off_by_definition(pointers, lengths, start, itemsize):
     """The first pointer that is not its running byte offset, summed in Python integers and
     compared in int64 (as the file holds them), or None."""
@@ -338,6 +337,7 @@ def test_a_bad_pointer_is_found_on_either_side_of_a_chunk_boundary(pair, index, 
     error = expect_format_error(pair, field=f"sequence_pointers[{index}]")
     assert (error.expected, error.found, error.offset) == (right, right + 2, POINTERS_AT + 8 * index)
     assert IndexedFile.open(write_valid(os.path.dirname(pair) + "/intact")).num_sequences == N
+
 
 # --- document index -------------------------------------------------------------------------
 
